@@ -1,0 +1,40 @@
+"""Attacks: one module each, one small interface ``attack(model, x, y) -> x_adv``.
+
+Every attack is a dataclass whose fields are its settings (so suites, the CLI and provenance all
+read the same names), registered under its name. Adding an attack means adding one module.
+"""
+from __future__ import annotations
+
+from typing import Any, Dict, Type
+
+from ..registry import Registry, discover
+from .base import Attack
+
+attacks: Registry[Type[Attack]] = Registry("attack")
+_done = False
+
+
+def _discover() -> None:
+    global _done
+    if not _done:
+        _done = True
+        discover(__name__)
+
+
+def get_attack(name: str) -> Type[Attack]:
+    _discover()
+    return attacks.get(name)
+
+
+def make_attack(name: str, **params: Any) -> Attack:
+    """Build an attack from its name and settings; unknown settings are refused by name."""
+    cls = get_attack(name)
+    return cls.from_params(params)
+
+
+def attack_names() -> list:
+    _discover()
+    return attacks.names()
+
+
+__all__ = ["Attack", "attacks", "get_attack", "make_attack", "attack_names"]

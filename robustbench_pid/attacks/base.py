@@ -1,0 +1,170 @@
+"""The attack base class: settings as dataclass fields, a seeded ``__call__``, fp32 input gradients.
+
+Conventions every attack follows (and the runner relies on):
+- ``x`` is a float batch; ``bounds`` is the valid range to clip to (``(0, 1)`` in pixel space) or
+  ``None`` (the ``paper`` protocol: normalized tensors, no clipping).
+- Gradients are taken with ``torch.autograd.grad(loss, x)`` on a model whose parameters do not
+  require grad; no ``.backward()``, no parameter gradients.
+- Randomness comes from the ``generator`` passed in (the runner seeds it per work unit), never
+  from the global RNG.
+- ``stats`` is filled during a call with per-sample diagnostics (e.g. ``grad_zero``).
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Dict, Mapping, Optional, Tuple
+
+import torch
+import torch.nn.functional as F
+
+from ..errors import UserError
+
+Bounds = Optional[Tuple[float, float]]
+
+
+def parse_eps(text: str) -> float:
+    """Parse one eps value: ``0.03``, ``8/255``. Refuses anything else with a clear message."""
+    s = str(text).strip()
+    try:
+        if "/" in s:
+            num, den = s.split("/", 1)
+            value = float(num) / float(den)
+        else:
+            value = float(s)
+    except (ValueError, ZeroDivisionError):
+        raise UserError(f"malformed eps {text!r}: give numbers like 0.03 or 8/255, comma-separated") from None
+    if not math.isfinite(value) or value < 0:
+        raise UserError(f"eps {text!r} must be a finite number >= 0")
+    return value
+
+
+@dataclass
+class Attack:
+    """Base class. Subclasses set ``name``, ``norm`` and implement ``perturb``."""
+
+    name: ClassVar[str] = "attack"
+    norm: ClassVar[str] = "linf"  # linf, l2, l1 or none (the unit of eps)
+    uses_gradients: ClassVar[bool] = True
+    # True: robust iff clean AND adversarial are correct (a worst case over the ball, which contains x).
+    # False: plain accuracy on the transformed inputs (random noise is not a worst case).
+    worst_case: ClassVar[bool] = True
+    eps_max: ClassVar[float] = 1.0  # largest sensible eps in pixel units (L-inf); others override
+
+    eps: float = 3 / 255
+    stats: Dict[str, torch.Tensor] = field(default_factory=dict, init=False, repr=False, compare=False)
+
+    # --- construction ---------------------------------------------------------------------
+    @classmethod
+    def param_names(cls) -> Tuple[str, ...]:
+        return tuple(f.name for f in dataclasses.fields(cls) if f.init)
+
+    @classmethod
+    def from_params(cls, params: Mapping[str, Any], where: str = "") -> "Attack":
+        names = cls.param_names()
+        unknown = [k for k in params if k not in names]
+        loc = f"{where}: " if where else ""
+        if unknown:
+            raise UserError(f"{loc}unknown setting(s) {', '.join(map(repr, unknown))} for attack {cls.name!r}; "
+                            f"valid settings: {', '.join(names)}")
+        types = {f.name: f.type for f in dataclasses.fields(cls)}
+        clean: Dict[str, Any] = {}
+        for k, v in params.items():
+            clean[k] = _coerce(cls.name, k, v, types[k], loc)
+        obj = cls(**clean)
+        obj.validate(loc)
+        return obj
+
+    def validate(self, loc: str = "") -> None:
+        if not (0 <= self.eps) or not math.isfinite(self.eps):
+            raise UserError(f"{loc}attack {self.name!r}: eps must be >= 0, got {self.eps}")
+        if self.eps > self.eps_max:
+            raise UserError(f"{loc}attack {self.name!r}: eps {self.eps} exceeds {self.eps_max} "
+                            f"({self.norm} bound for images in [0, 1]); did you mean {self.eps:g}/255?")
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            if f.name in ("steps", "iterations", "n_samples", "n_queries", "restarts") and isinstance(v, int) and v < 0:
+                raise UserError(f"{loc}attack {self.name!r}: {f.name} must be >= 0, got {v}")
+
+    def params(self) -> Dict[str, Any]:
+        return {n: getattr(self, n) for n in self.param_names()}
+
+    def with_params(self, **kw: Any) -> "Attack":
+        return type(self).from_params({**self.params(), **kw})
+
+    # --- running --------------------------------------------------------------------------
+    def __call__(self, model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, *,
+                 bounds: Bounds = (0.0, 1.0), generator: Optional[torch.Generator] = None) -> torch.Tensor:
+        self.stats = {}
+        if generator is None:
+            generator = torch.Generator(device=x.device).manual_seed(0)
+        x = x.detach()
+        if self.eps == 0 and self.norm != "none":
+            return x.clone()
+        x_adv = self.perturb(model, x, y.detach(), bounds, generator)
+        return x_adv.detach()
+
+    def perturb(self, model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, bounds: Bounds,
+                generator: torch.Generator) -> torch.Tensor:
+        raise NotImplementedError
+
+    # --- helpers for subclasses --------------------------------------------------------------
+    def input_grad(self, model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor,
+                   loss_fn: str = "ce") -> Tuple[torch.Tensor, torch.Tensor]:
+        """(gradient of the summed loss w.r.t. x, logits). fp32 unless the runner enabled autocast."""
+        x = x.detach().requires_grad_(True)
+        with torch.enable_grad():
+            logits = model(x)
+            loss = margin_loss(logits.float(), y) if loss_fn == "margin" else F.cross_entropy(logits.float(), y, reduction="sum")
+            (grad,) = torch.autograd.grad(loss, x)
+        if "grad_zero" not in self.stats:
+            self.stats["grad_zero"] = grad.flatten(1).abs().amax(1).eq(0).cpu()
+        return grad.detach(), logits.detach()
+
+
+def margin_loss(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Summed CW margin: max_{j != y} z_j - z_y (correct for negative logits too)."""
+    z_y = logits.gather(1, y[:, None]).squeeze(1)
+    other = logits.masked_fill(F.one_hot(y, logits.shape[1]).bool(), float("-inf")).amax(1)
+    return (other - z_y).sum()
+
+
+def clip(x: torch.Tensor, bounds: Bounds) -> torch.Tensor:
+    return x if bounds is None else x.clamp(bounds[0], bounds[1])
+
+
+def project_linf(x_adv: torch.Tensor, x: torch.Tensor, eps: float, bounds: Bounds) -> torch.Tensor:
+    return clip(torch.min(torch.max(x_adv, x - eps), x + eps), bounds)
+
+
+def still_correct(logits: torch.Tensor, y: torch.Tensor, topk: int) -> torch.Tensor:
+    """Per sample: is ``y`` among the top-``topk`` logits (the attack has not succeeded yet)."""
+    k = min(topk, logits.shape[1])
+    return (logits.topk(k, dim=1).indices == y[:, None]).any(1)
+
+
+def _coerce(attack: str, key: str, value: Any, typ: Any, loc: str) -> Any:
+    t = typ if isinstance(typ, str) else getattr(typ, "__name__", str(typ))
+    try:
+        if t == "float":
+            return parse_eps(value) if isinstance(value, str) else float(value)
+        if t == "int":
+            if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
+                raise ValueError
+            return int(value)
+        if t == "bool":
+            if isinstance(value, bool):
+                return value
+            if str(value).lower() in ("true", "1", "yes"):
+                return True
+            if str(value).lower() in ("false", "0", "no"):
+                return False
+            raise ValueError
+        if t == "str":
+            return str(value)
+        if t.startswith("Optional[float]"):
+            return None if value in (None, "none", "None") else float(value)
+    except (ValueError, TypeError, UserError):
+        raise UserError(f"{loc}attack {attack!r}: setting {key!r} must be a {t}, got {value!r}") from None
+    return value

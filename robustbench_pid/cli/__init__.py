@@ -1,0 +1,58 @@
+"""Command line: ``evaluate`` and the umbrella ``robustbench-pid VERB``.
+
+Each verb is one module in this package defining ``NAME``, ``HELP``, ``add_arguments(parser)``
+and ``run(args) -> int``; adding a verb means adding a module.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import pkgutil
+import sys
+from types import ModuleType
+from typing import Dict, List, Optional
+
+from ..errors import UserError
+from ..registry import UnknownNameError
+
+
+def _verbs() -> Dict[str, ModuleType]:
+    out: Dict[str, ModuleType] = {}
+    for m in pkgutil.iter_modules(__path__):
+        if m.name.startswith("_"):
+            continue
+        mod = importlib.import_module(f"{__name__}.{m.name}")
+        if hasattr(mod, "NAME"):
+            out[mod.NAME] = mod
+    return dict(sorted(out.items()))
+
+
+def _guard(fn, args) -> int:
+    try:
+        return int(fn(args) or 0)
+    except (UserError, UnknownNameError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted: finished work units are kept; re-run the same command to resume", file=sys.stderr)
+        return 130
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    verbs = _verbs()
+    parser = argparse.ArgumentParser(prog="robustbench-pid", description="Robustness evaluation harness.")
+    sub = parser.add_subparsers(dest="verb", metavar="VERB")
+    sub.required = True
+    for name, mod in verbs.items():
+        p = sub.add_parser(name, help=mod.HELP, description=mod.HELP)
+        mod.add_arguments(p)
+    args = parser.parse_args(argv)
+    return _guard(verbs[args.verb].run, args)
+
+
+def evaluate_main(argv: Optional[List[str]] = None) -> int:
+    from . import evaluate
+
+    parser = argparse.ArgumentParser(prog="evaluate", description=evaluate.HELP)
+    evaluate.add_arguments(parser)
+    return _guard(evaluate.run, parser.parse_args(argv))

@@ -1,0 +1,134 @@
+"""``evaluate``: run clean + attacks (or a benchmark) on a model and write a results folder."""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+NAME = "evaluate"
+HELP = ("evaluate a model: clean accuracy plus attacks (--attack / --suite) or a benchmark, "
+        "written as per-sample records + summary under results/")
+
+PAPER_EPS_GRID = [f"{i}/255" for i in range(1, 7)]  # PIDformer appendix C.1
+SWEEP_BY_DEFAULT = ("fgsm", "pgd")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("what")
+    g.add_argument("--model", required=True, help="deit, pid_deit, timm:NAME or a registered timm name")
+    g.add_argument("--checkpoint", help="embedded:NAME or a local .pth/.pt/.bin/.safetensors file")
+    g.add_argument("--allow-pickle", action="store_true",
+                   help="allow full unpickling of .pth checkpoints (can run code hidden in the file: trusted files only)")
+    g.add_argument("--non-strict", action="store_true", help="load a checkpoint that does not fully fit (recorded)")
+    g.add_argument("--dataset", default="digits")
+    g.add_argument("--data-root", help="local dataset root (ImageNet family)")
+    g.add_argument("--split", default="test")
+    g.add_argument("--limit", type=int, help="evaluate only the first N samples")
+    g.add_argument("--benchmark", default=None,
+                   help="adversarial (clean + attacks; the default for most datasets), corruptions, ... "
+                        "(`robustbench-pid benchmarks` lists them)")
+    a = p.add_argument_group("attacks")
+    a.add_argument("--attack", action="append", default=[], help="attack name (repeatable)")
+    a.add_argument("--suite", help="attack suite name (attacks/NAME.toml) or path to a .toml file")
+    a.add_argument("--eps", help="comma-separated eps list, e.g. 1/255,2/255,4/255 (default: the papers' "
+                                 "1/255..6/255 sweep for fgsm/pgd, the attack's default otherwise)")
+    a.add_argument("--steps", type=int)
+    a.add_argument("--step-size", type=str)
+    a.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
+                   help="any other attack setting (repeatable), e.g. --param random_start=false")
+    a.add_argument("--protocol", default="standard", choices=["standard", "paper"])
+    m = p.add_argument_group("model arguments (PID gains)")
+    for k in ("lambda_p", "lambda_i", "lambda_d", "beta"):
+        m.add_argument(f"--{k.replace('_', '-')}", type=float, dest=k)
+    r = p.add_argument_group("running")
+    r.add_argument("--out", type=Path, help="run folder (default: results/<model>_<dataset>_<what>_<protocol>_<hash>)")
+    r.add_argument("--batch-size", type=int, default=128)
+    r.add_argument("--chunk-size", type=int, default=512, help="samples per work unit (resume granularity)")
+    r.add_argument("--seed", type=int, default=0)
+    r.add_argument("--device", default="auto")
+    r.add_argument("--precision", default="fp32", choices=["fp32", "bf16", "fp16"],
+                   help="attack forward/backward precision on CUDA (verdicts always fp32)")
+    r.add_argument("--compile", action="store_true", help="torch.compile the model for clean/verdict passes")
+    r.add_argument("--workers", type=int, default=0, help="DataLoader workers")
+    r.add_argument("--shard", help="i/n: compute only this shard's work units (merge afterwards)")
+    r.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def attack_specs(args: argparse.Namespace) -> List[Any]:
+    from ..attacks import get_attack
+    from ..attacks.base import parse_eps
+    from ..errors import UserError
+    from ..specs import AttackSpec
+
+    overrides: Dict[str, Any] = {}
+    if args.steps is not None:
+        overrides["steps"] = args.steps
+    if args.step_size is not None:
+        overrides["step_size"] = parse_eps(args.step_size)
+    for kv in args.param:
+        if "=" not in kv:
+            raise UserError(f"--param {kv!r}: expected KEY=VALUE")
+        k, v = kv.split("=", 1)
+        overrides[k.strip().replace("-", "_")] = v.strip()
+    eps_list: Optional[List[float]] = None
+    if args.eps is not None:
+        eps_list = [parse_eps(t) for t in args.eps.split(",") if t.strip()] or None
+        if eps_list is None:
+            raise UserError("--eps is empty; give values like 1/255,2/255")
+    specs: List[AttackSpec] = []
+    if args.suite:
+        from ..suites import load_suite
+
+        suite = load_suite(args.suite)
+        for s in suite["attacks"]:
+            cls = get_attack(s.attack)
+            params = dict(s.params)
+            params.update({k: v for k, v in overrides.items() if k in cls.param_names()})
+            specs.append(AttackSpec(s.attack, cls.from_params(params).params()))
+    for name in args.attack:
+        cls = get_attack(name)
+        grid = eps_list or ([parse_eps(e) for e in PAPER_EPS_GRID] if name in SWEEP_BY_DEFAULT else [None])
+        for eps in grid:
+            params = dict(overrides) if eps is None else {**overrides, "eps": eps}
+            specs.append(AttackSpec(name, cls.from_params(params).params()))
+    return specs
+
+
+def build_spec(args: argparse.Namespace) -> Any:
+    from ..errors import UserError
+    from ..specs import RunSpec
+
+    from ..data import dataset_info
+
+    specs = attack_specs(args)
+    if args.benchmark is None:
+        args.benchmark = dataset_info(args.dataset).default_benchmark
+    if args.benchmark == "adversarial" and not specs and (args.eps or args.steps or args.param):
+        raise UserError("--eps/--steps/--param need --attack NAME or --suite NAME")
+    arch_kwargs = {k: getattr(args, k) for k in ("lambda_p", "lambda_i", "lambda_d", "beta") if getattr(args, k) is not None}
+    return RunSpec(
+        model=args.model, checkpoint=args.checkpoint, dataset=args.dataset, split=args.split,
+        data_root=args.data_root, protocol=args.protocol, attacks=specs, benchmark=args.benchmark,
+        suite=args.suite, limit=args.limit, batch_size=args.batch_size, chunk_size=args.chunk_size,
+        seed=args.seed, device=args.device, precision=args.precision, compile=args.compile,
+        num_workers=args.workers, out=args.out, allow_pickle=args.allow_pickle, strict=not args.non_strict,
+        shard=args.shard, quiet=args.quiet, arch_kwargs=arch_kwargs,
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    import pandas as pd
+
+    from ..report_text import format_summary
+    from ..runner import run as run_spec
+
+    spec = build_spec(args)
+    out = run_spec(spec)
+    summary_path = out / "summary.csv"
+    if not summary_path.is_file():
+        print(f"shard {spec.shard or ''} done; results are in {out} (run `robustbench-pid merge {out}` "
+              f"once every shard has finished)")
+        return 0
+    print(format_summary(pd.read_csv(summary_path)))
+    print(f"\nwrote {out}  (records.parquet, summary.csv, run.json)")
+    return 0

@@ -1,0 +1,133 @@
+"""The user-facing model zoo: short aliases that resolve per dataset family, plus any timm model.
+
+``--model pid_deit`` means the digits PID DeiT on the embedded default and PID DeiT-tiny on
+ImageNet; ``--model timm:NAME`` is any timm architecture; a registered timm name works as is.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Dict, Optional
+
+import timm
+import torch
+
+from ..errors import UserError
+from ..registry import Registry
+from .wrapper import Normalized
+
+
+@dataclass(frozen=True)
+class ModelEntry:
+    """An alias: which architecture (and default checkpoint) to use for each dataset family."""
+
+    name: str
+    description: str
+    archs: Dict[str, str]  # family -> timm architecture name
+    default_checkpoints: Dict[str, str] = field(default_factory=dict)  # family -> checkpoint spec
+    arch_kwargs: Dict[str, Any] = field(default_factory=dict)
+    # Eval crop fraction per family where it differs from the architecture's config.
+    crop_pct: Dict[str, float] = field(default_factory=dict)
+
+
+zoo: Registry[ModelEntry] = Registry("model")
+
+# The DeiT repo evaluates with Resize 256 / CenterCrop 224 (crop_pct 0.875); timm's deit cfg says 0.9.
+zoo.add("deit", ModelEntry(
+    "deit", "softmax DeiT (timm's VisionTransformer)",
+    archs={"digits": "deit_digits_patch4_32", "imagenet": "deit_tiny_patch16_224"},
+    default_checkpoints={"digits": "embedded:deit_digits"},
+    crop_pct={"imagenet": 0.875},
+))
+zoo.add("pid_deit", ModelEntry(
+    "pid_deit", "PID DeiT (PIDformer Definition 1; lP .8, lI .5, lD .05, beta .1)",
+    archs={"digits": "pid_deit_digits_patch4_32", "imagenet": "pid_deit_tiny_patch16_224"},
+    default_checkpoints={"digits": "embedded:pid_deit_digits"},
+    crop_pct={"imagenet": 0.875},
+))
+
+
+@dataclass(frozen=True)
+class ResolvedModel:
+    alias: str
+    arch: str
+    checkpoint: Optional[str]
+    arch_kwargs: Dict[str, Any]
+    crop_pct: Optional[float]
+
+
+def resolve_model(model: str, dataset_family: str, checkpoint: Optional[str] = None) -> ResolvedModel:
+    """Map an alias / ``timm:NAME`` / registered name to an architecture and checkpoint."""
+    if model.startswith("timm:"):
+        arch = model[len("timm:"):]
+        if not timm.is_model(arch):
+            raise UserError(f"timm has no model {arch!r}; list them with `python -c 'import timm; print(timm.list_models())'`")
+        return ResolvedModel(model, arch, checkpoint, {}, None)
+    if model in zoo:
+        entry = zoo.get(model)
+        if dataset_family not in entry.archs:
+            raise UserError(
+                f"model {model!r} has no architecture for {dataset_family!r} datasets "
+                f"(it has: {', '.join(sorted(entry.archs))})"
+            )
+        ckpt = checkpoint or entry.default_checkpoints.get(dataset_family)
+        if ckpt is None:
+            raise UserError(
+                f"model {model!r} on {dataset_family!r} data needs weights: pass --checkpoint PATH "
+                f"(a .pth/.pt/.bin/.safetensors file, e.g. the DeiT release or your own training output). "
+                f"No weights are downloaded."
+            )
+        return ResolvedModel(model, entry.archs[dataset_family], ckpt, dict(entry.arch_kwargs),
+                             entry.crop_pct.get(dataset_family))
+    if timm.is_model(model):
+        return ResolvedModel(model, model, checkpoint, {}, None)
+    valid = ", ".join(zoo.names())
+    raise UserError(f"unknown model {model!r}. Valid models: {valid}, timm:<any timm name>, or a registered timm name "
+                    f"(`robustbench-pid models` lists them)")
+
+
+def build_model(arch: str, num_classes: Optional[int] = None, **kwargs: Any) -> torch.nn.Module:
+    """Create a timm architecture without downloading anything."""
+    if num_classes is not None:
+        kwargs["num_classes"] = num_classes
+    return timm.create_model(arch, pretrained=False, **kwargs)
+
+
+def load_model(
+    model: str,
+    checkpoint: Optional[str] = None,
+    dataset: str = "digits",
+    *,
+    allow_pickle: bool = False,
+    strict: bool = True,
+    **arch_kwargs: Any,
+) -> Normalized:
+    """Return the model in eval mode, taking [0, 1] images, with provenance in ``.info``."""
+    from ..data import dataset_info
+    from ..loaders import load_weights
+
+    info = dataset_info(dataset)
+    res = resolve_model(model, info.family, checkpoint)
+    kwargs = {**res.arch_kwargs, **arch_kwargs}
+    net = build_model(res.arch, num_classes=info.num_classes, **kwargs)
+    ckinfo: Dict[str, Any] = {"checkpoint": None, "checkpoint_sha256": None}
+    if res.checkpoint is not None:
+        ckinfo = load_weights(net, res.checkpoint, allow_pickle=allow_pickle, strict=strict)
+    cfg = net.pretrained_cfg
+    wrapped = Normalized(net, cfg["mean"], cfg["std"])
+    gains = getattr(net, "gains", None)
+    wrapped.info = {
+        "model": res.alias,
+        "arch": res.arch,
+        "arch_kwargs": {**kwargs, **({"pid": gains.as_dict()} if gains is not None else {})},
+        "num_classes": info.num_classes,
+        "mean": list(cfg["mean"]),
+        "std": list(cfg["std"]),
+        "input_size": list(cfg["input_size"]),
+        "interpolation": cfg.get("interpolation"),
+        "crop_pct": res.crop_pct if res.crop_pct is not None else cfg.get("crop_pct"),
+        **ckinfo,
+    }
+    wrapped.eval()
+    for p in wrapped.parameters():
+        p.requires_grad_(False)
+    return wrapped

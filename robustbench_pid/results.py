@@ -1,0 +1,89 @@
+"""Per-sample records -> tidy results. Records are the truth; every table is computed from them.
+
+A run folder holds ``records.parquet`` (one row per evaluated sample and condition),
+``run.json`` (provenance; ``status`` is ``complete`` only after everything was written) and
+``summary.csv`` (the tidy rows, written last).
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Iterable, List, Union
+
+import pandas as pd
+
+from .errors import UserError
+from .metrics import wilson_interval
+
+TIDY_COLUMNS = ["run_id", "model", "checkpoint_sha256", "dataset", "protocol", "benchmark", "attack", "eps",
+                "metric", "value", "n", "ci_low", "ci_high"]
+ID_COLUMNS = ["run_id", "model", "checkpoint_sha256", "dataset", "protocol", "benchmark"]
+
+
+def accuracy_rows(records: pd.DataFrame, group_cols: Iterable[str] = ("attack", "eps"),
+                  metrics: Iterable[str] = ("top1", "top5")) -> pd.DataFrame:
+    """top-1/top-5 accuracy in percent with 95% Wilson intervals, per group."""
+    keys = [c for c in ID_COLUMNS if c in records.columns] + list(group_cols)
+    rows: List[dict] = []
+    for gkey, g in records.groupby(keys, sort=False, dropna=False):
+        base = dict(zip(keys, gkey if isinstance(gkey, tuple) else (gkey,)))
+        for m in metrics:
+            col = f"correct_{m}"
+            if col not in g or g[col].isna().all():
+                continue
+            k, n = int(g[col].sum()), int(g[col].notna().sum())
+            lo, hi = wilson_interval(k, n)
+            rows.append({**base, "metric": m, "value": 100.0 * k / n, "n": n,
+                         "ci_low": 100.0 * lo, "ci_high": 100.0 * hi})
+    return pd.DataFrame(rows)
+
+
+def summarize(records: pd.DataFrame) -> pd.DataFrame:
+    """Tidy rows for whatever benchmarks the records hold."""
+    from .benchmarks import get_benchmark
+
+    parts = [get_benchmark(b).summarize(g) for b, g in records.groupby("benchmark", sort=False)]
+    parts = [p for p in parts if len(p)]
+    if not parts:
+        return pd.DataFrame(columns=TIDY_COLUMNS)
+    df = pd.concat(parts, ignore_index=True)
+    front = [c for c in TIDY_COLUMNS if c in df.columns]
+    return df[front + [c for c in df.columns if c not in front]]
+
+
+def _run_dirs(path: Union[str, Path]) -> List[Path]:
+    p = Path(path)
+    if not p.exists():
+        raise UserError(f"results path not found: {p}")
+    if (p / "run.json").is_file():
+        return [p]
+    runs = sorted(d.parent for d in p.rglob("run.json"))
+    if not runs:
+        raise UserError(f"no run folders (with run.json) under {p}")
+    return runs
+
+
+def load_run_info(run_dir: Union[str, Path]) -> dict:
+    return json.loads((Path(run_dir) / "run.json").read_text())
+
+
+def load_records(path: Union[str, Path], include_incomplete: bool = False) -> pd.DataFrame:
+    """Per-sample records of one run folder or of every complete run under a folder."""
+    frames = []
+    for d in _run_dirs(path):
+        info = load_run_info(d)
+        if info.get("status") != "complete" and not include_incomplete:
+            if Path(path) == d:
+                raise UserError(f"{d}: run is not complete (status {info.get('status')!r}); re-run the same "
+                                f"command to finish it")
+            continue
+        if (d / "records.parquet").is_file():
+            frames.append(pd.read_parquet(d / "records.parquet"))
+    if not frames:
+        raise UserError(f"no complete runs under {path}")
+    return pd.concat(frames, ignore_index=True)
+
+
+def load_results(path: Union[str, Path]) -> pd.DataFrame:
+    """Tidy DataFrame: one row per (run, model, dataset, attack, eps, metric), values in percent."""
+    return summarize(load_records(path))

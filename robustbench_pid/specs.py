@@ -1,0 +1,53 @@
+"""Specs: what to evaluate. Data flows one way: spec -> model + data -> runner -> records -> tables."""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+PROTOCOLS = ("standard", "paper")
+
+
+@dataclass(frozen=True)
+class AttackSpec:
+    """One attack at one setting (eps included in ``params``)."""
+
+    attack: str
+    params: Dict[str, Any] = field(default_factory=dict)
+
+    def key(self) -> str:
+        return json.dumps({"attack": self.attack, "params": self.params}, sort_keys=True, default=str)
+
+
+@dataclass
+class RunSpec:
+    model: str
+    checkpoint: Optional[str] = None
+    dataset: str = "digits"
+    split: str = "test"
+    data_root: Optional[str] = None
+    protocol: str = "standard"
+    attacks: List[AttackSpec] = field(default_factory=list)
+    benchmark: str = "adversarial"
+    benchmark_options: Dict[str, Any] = field(default_factory=dict)
+    suite: Optional[str] = None
+    limit: Optional[int] = None
+    batch_size: int = 128
+    chunk_size: int = 512
+    seed: int = 0
+    device: str = "auto"
+    precision: str = "fp32"
+    compile: bool = False
+    num_workers: int = 0
+    out: Optional[Path] = None
+    allow_pickle: bool = False
+    strict: bool = True
+    shard: Optional[str] = None  # "i/n"
+    quiet: bool = False
+    arch_kwargs: Dict[str, Any] = field(default_factory=dict)
+
+    def as_dict(self) -> Dict[str, Any]:
+        d = asdict(self)
+        d["out"] = str(self.out) if self.out else None
+        return d

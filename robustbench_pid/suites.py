@@ -1,0 +1,92 @@
+"""Attack suites: declarative TOML files under the top-level ``attacks/`` folder.
+
+    description = "..."
+    [[attack]]
+    name = "pgd"                      # a registered attack
+    eps = ["1/255", "2/255"]          # a number, an "a/b" string, or a list of them (one run each)
+    steps = 20                        # any other setting of that attack, by its field name
+
+Every key is checked: an unknown top-level key, attack name or setting, or a bad value is
+refused with the file, the key and the reason.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+from .attacks import get_attack
+from .attacks.base import parse_eps
+from .errors import UserError
+from .registry import UnknownNameError
+from .specs import AttackSpec
+
+TOP_KEYS = {"description", "attack", "protocol"}
+
+
+def suites_dir() -> Path:
+    return Path(__file__).resolve().parents[1] / "attacks"
+
+
+def suite_names() -> List[str]:
+    d = suites_dir()
+    return sorted(p.stem for p in d.glob("*.toml")) if d.is_dir() else []
+
+
+def find_suite(name: str) -> Path:
+    p = Path(name)
+    if p.suffix == ".toml" and p.is_file():
+        return p
+    cand = suites_dir() / f"{name}.toml"
+    if cand.is_file():
+        return cand
+    raise UserError(f"unknown suite {name!r}: no such file, and not in {suites_dir()}. "
+                    f"Valid suites: {', '.join(suite_names()) or '(none)'}")
+
+
+def load_suite(name: str) -> Dict[str, Any]:
+    """{'name', 'path', 'description', 'protocol', 'attacks': [AttackSpec, ...]}"""
+    path = find_suite(name)
+    try:
+        data = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as exc:
+        raise UserError(f"{path}: not valid TOML ({exc})") from None
+    unknown = set(data) - TOP_KEYS
+    if unknown:
+        raise UserError(f"{path}: unknown top-level key(s) {', '.join(sorted(unknown))}; valid: {', '.join(sorted(TOP_KEYS))}")
+    entries = data.get("attack", [])
+    if not isinstance(entries, list) or not entries:
+        raise UserError(f"{path}: needs at least one [[attack]] table")
+    specs: List[AttackSpec] = []
+    for i, entry in enumerate(entries):
+        where = f"{path} [[attack]] #{i + 1}"
+        entry = dict(entry)
+        name_ = entry.pop("name", None)
+        if not name_:
+            raise UserError(f"{where}: missing key 'name'")
+        try:
+            cls = get_attack(name_)
+        except UnknownNameError as exc:
+            raise UserError(f"{where}: {exc}") from None
+        eps_values: List[Optional[Any]] = [None]
+        if "eps" in entry:
+            raw = entry.pop("eps")
+            raw_list = raw if isinstance(raw, list) else [raw]
+            try:
+                eps_values = [parse_eps(e) if isinstance(e, str) else float(e) for e in raw_list]
+            except (UserError, TypeError, ValueError) as exc:
+                raise UserError(f"{where}: key 'eps': {exc}") from None
+        for eps in eps_values:
+            params = dict(entry) if eps is None else {**entry, "eps": eps}
+            attack = cls.from_params(params, where=where)
+            specs.append(AttackSpec(name_, attack.params()))
+    protocol = data.get("protocol")
+    if protocol is not None and protocol not in ("standard", "paper"):
+        raise UserError(f"{path}: key 'protocol' must be 'standard' or 'paper', got {protocol!r}")
+    return {"name": path.stem, "path": str(path), "description": data.get("description", ""),
+            "protocol": protocol, "attacks": specs}
