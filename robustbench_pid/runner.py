@@ -169,7 +169,12 @@ def prepare(spec: RunSpec) -> Context:
         device = torch.device(f"cuda:{int(os.environ['LOCAL_RANK'])}")
     model = load_model(spec.model, spec.checkpoint, spec.dataset, allow_pickle=spec.allow_pickle,
                        strict=spec.strict, **spec.arch_kwargs).to(device)
-    ds = load_dataset(spec.dataset, spec.split, spec.data_root, model_info=model.info, **spec.benchmark_options.get("dataset", {}))
+    ds_opts: Dict[str, Any] = dict(spec.benchmark_options.get("dataset", {}))
+    if spec.subset is not None:
+        ds_opts.update(subset=spec.subset, subset_seed=spec.seed)
+    if spec.skip_unreadable:
+        ds_opts["skip_unreadable"] = True
+    ds = load_dataset(spec.dataset, spec.split, spec.data_root, model_info=model.info, **ds_opts)
     n = len(ds) if spec.limit is None else min(spec.limit, len(ds))
     if n == 0:
         raise UserError(f"dataset {spec.dataset!r} ({spec.split}) is empty")

@@ -33,6 +33,9 @@ class RunSpec:
     benchmark_options: Dict[str, Any] = field(default_factory=dict)
     suite: Optional[str] = None
     limit: Optional[int] = None
+    subset: Optional[int] = None  # a fixed, seeded subset of this many samples (dataset-defined)
+    skip_unreadable: bool = False  # skip (and count) unreadable images instead of failing
+    dry_run: bool = False
     batch_size: int = 128
     chunk_size: int = 512
     seed: int = 0

@@ -24,6 +24,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--data-root", help="local dataset root (ImageNet family)")
     g.add_argument("--split", default="test")
     g.add_argument("--limit", type=int, help="evaluate only the first N samples")
+    g.add_argument("--subset", type=int, help="a fixed, documented, seeded subset of N samples (recorded)")
+    g.add_argument("--skip-unreadable", action="store_true",
+                   help="skip unreadable/truncated images and count them in the results (default: hard error)")
     g.add_argument("--benchmark", default=None,
                    help="adversarial (clean + attacks; the default for most datasets), corruptions, ... "
                         "(`robustbench-pid benchmarks` lists them)")
@@ -52,6 +55,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     r.add_argument("--workers", type=int, default=0, help="DataLoader workers")
     r.add_argument("--shard", help="i/n: compute only this shard's work units (merge afterwards)")
     r.add_argument("--quiet", action="store_true", help="no progress bar")
+    r.add_argument("--dry-run", action="store_true",
+                   help="print the work units, forward/backward passes per unit and an estimated time; compute nothing")
 
 
 def attack_specs(args: argparse.Namespace) -> List[Any]:
@@ -109,7 +114,8 @@ def build_spec(args: argparse.Namespace) -> Any:
     return RunSpec(
         model=args.model, checkpoint=args.checkpoint, dataset=args.dataset, split=args.split,
         data_root=args.data_root, protocol=args.protocol, attacks=specs, benchmark=args.benchmark,
-        suite=args.suite, limit=args.limit, batch_size=args.batch_size, chunk_size=args.chunk_size,
+        suite=args.suite, limit=args.limit, subset=args.subset, skip_unreadable=args.skip_unreadable,
+        dry_run=args.dry_run, batch_size=args.batch_size, chunk_size=args.chunk_size,
         seed=args.seed, device=args.device, precision=args.precision, compile=args.compile,
         num_workers=args.workers, out=args.out, allow_pickle=args.allow_pickle, strict=not args.non_strict,
         shard=args.shard, quiet=args.quiet, arch_kwargs=arch_kwargs,

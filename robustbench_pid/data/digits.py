@@ -62,8 +62,13 @@ class Digits(Dataset):
         return self.images[i], int(self.labels[i])
 
 
-def _factory(split: str, root: Optional[str], model_info: Dict[str, Any], **_: Any) -> Digits:
+def _factory(split: str, root: Optional[str], model_info: Dict[str, Any], subset: Optional[int] = None,
+             subset_seed: int = 0, **_: Any) -> Digits:
+    from ..errors import UserError
+
     size = int(model_info.get("input_size", (3, SIZE, SIZE))[-1])
+    if subset is not None:
+        raise UserError("--subset is for the large datasets; on digits use --limit N")
     return Digits(split, size=size)
 
 
