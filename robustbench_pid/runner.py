@@ -106,6 +106,16 @@ def default_out(spec: RunSpec) -> Path:
 
 
 def check_writable(out: Path) -> None:
+    """Fail before any work if ``out`` cannot be created/written; creates nothing itself."""
+    probe_dir = out
+    while not probe_dir.exists() and probe_dir != probe_dir.parent:
+        probe_dir = probe_dir.parent
+    if not probe_dir.is_dir() or not os.access(probe_dir, os.W_OK | os.X_OK):
+        raise UserError(f"cannot write to output folder {out}: {probe_dir} is not a writable folder. "
+                        f"Choose another with --out DIR")
+
+
+def make_out_dir(out: Path) -> None:
     try:
         out.mkdir(parents=True, exist_ok=True)
         probe = out / f".write-probe-{os.getpid()}"
@@ -217,6 +227,7 @@ def run(spec: RunSpec) -> Path:
     out = Path(spec.out) if spec.out else default_out(spec)
     check_writable(out)
     ctx = prepare(spec)
+    make_out_dir(out)
     units = plan_units(ctx)
     units_dir = out / "units"
     units_dir.mkdir(exist_ok=True)
