@@ -1,37 +1,85 @@
 """The batch runner: spec -> model + data -> work units -> per-sample records -> run folder.
 
 Work units (benchmark x attack x eps x chunk of samples) are keyed by a content hash of
-everything that determines their records; each is written atomically (temp file + rename,
-records then metadata), so re-running the same command skips finished units and an interrupted
-run resumes exactly. Randomness is seeded per unit from its key, so the order or the process
-that computes a unit does not change its records.
+everything that determines their records. The run folder::
+
+    plan.json                 every unit of the run (keys, settings, sample ranges) + sample ids
+    units/<key>.parquet/.json a finished unit: records, then metadata (each temp file + rename)
+    units/<key>.claim         "a live process is computing this unit" (O_EXCL create)
+    shards/<i>-of-<n>.json    who ran which shard, where, when, with which plan
+    records.parquet, summary.csv, run.json   written by finalize once every unit is present
+
+Why it is built this way:
+- Exact resume. A unit is done exactly when both its parquet and json exist; both are written
+  to a temp file, fsync'ed and renamed, parquet first, so a ``kill -9`` at any moment leaves
+  either a finished unit or nothing. Randomness is seeded per unit from its key (a generator
+  handed to the attack, plus the global torch/numpy/random RNGs forked, seeded and restored
+  around the unit, because libraries such as AutoAttack reseed or draw from the global RNG),
+  so which process computes a unit, and in which order, does not change its records.
+- Concurrency without a coordinator. A unit is claimed by creating ``<key>.claim`` with
+  O_EXCL (atomic on local disks and NFS v3+). A claim whose process is gone (same host: the pid
+  is dead or was reused; any host: no heartbeat for ``ROBUSTBENCH_PID_CLAIM_TIMEOUT`` seconds,
+  default 600; a background thread refreshes it every ~minute) is taken over. Claims only
+  avoid duplicate work: correctness rests on the atomic writes, and two processes that do
+  compute one unit write identical records.
+- Sharding on existing launchers, no collectives. A shard takes every n-th unit of the plan
+  (``--shard i/n``, torchrun's RANK/WORLD_SIZE, a Slurm array). No DistributedSampler (it pads
+  with duplicated samples, pytorch#25162) and no process group: shards share nothing but the
+  folder. Whichever process sees every unit present finalizes (under a file lock), and
+  ``robustbench-pid merge`` does the same by hand, checking every (configuration, sample)
+  appears exactly once.
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import io
 import json
 import os
 import platform
+import random
+import socket
 import subprocess
+import sys
+import threading
 import time
+import uuid
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
+import numpy as np
 import pandas as pd
 import torch
-from torch.utils.data import DataLoader, Subset
+from torch.utils.data import DataLoader
 
 from . import __version__
 from .benchmarks import Unit, get_benchmark
 from .data import dataset_info, load_dataset
-from .device import pick_device
+from .device import attack_precision, check_precision, find_batch_size, pick_device, wants_channels_last
 from .errors import UserError
 from .models import load_model
 from .results import summarize
 from .specs import PROTOCOLS, RunSpec
 
 RECORD_ID_COLS = ("run_id", "model", "arch", "checkpoint_sha256", "dataset", "split", "protocol")
+CONFIG_COLS = ("benchmark", "attack", "eps", "params", "condition")
+PLAN_VERSION = 1
+_HOST = socket.gethostname()
+
+
+class _BatchPlan:
+    """A batch sampler whose batches are set per unit, so one DataLoader (and its persistent
+    workers) serves every unit instead of starting workers per unit."""
+
+    def __init__(self) -> None:
+        self.batches: List[List[int]] = []
+
+    def __iter__(self) -> Iterator[List[int]]:
+        return iter(list(self.batches))
+
+    def __len__(self) -> int:
+        return len(self.batches)
 
 
 @dataclass
@@ -43,30 +91,76 @@ class Context:
     device: torch.device
     ids: Dict[str, Any]
     progress: Any = None
-    eval_model: Optional[torch.nn.Module] = None  # compiled model when --compile
+    eval_model: Optional[torch.nn.Module] = None  # compiled model when --compile (clean/verdict passes)
+    attack_model: Optional[torch.nn.Module] = None  # compiled model for attacks when --compile
+    batch_size: int = 0
+    channels_last: bool = False
+    _plan: _BatchPlan = field(default_factory=_BatchPlan, repr=False)
+    _loader: Optional[DataLoader] = field(default=None, repr=False)
+    _heartbeat: Any = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        if not self.batch_size:
+            self.batch_size = self.spec.batch_size
+
+    def loader(self) -> DataLoader:
+        if self._loader is None:
+            w = self.spec.num_workers
+            self._loader = DataLoader(
+                self.dataset, batch_sampler=self._plan, num_workers=w,
+                pin_memory=self.device.type == "cuda", persistent_workers=w > 0,
+                prefetch_factor=4 if w > 0 else None,
+            )
+        return self._loader
 
     def batches(self, unit: Unit) -> Iterator[Tuple[torch.Tensor, torch.Tensor, List[str]]]:
-        """(x, y, sample_ids) batches of the unit's samples, on the device."""
+        """(x, y, sample_ids) batches of the unit's samples, on the device (loading overlaps
+        compute when --workers > 0; host->device copies are asynchronous from pinned memory)."""
         idx = self.indices[unit.start:unit.stop]
-        loader = DataLoader(
-            Subset(self.dataset, idx), batch_size=self.spec.batch_size, shuffle=False,
-            num_workers=self.spec.num_workers, pin_memory=self.device.type == "cuda",
-            persistent_workers=False,
-        )
-        pos = unit.start
-        for x, y in loader:
+        bs = self.batch_size
+        self._plan.batches = [idx[i:i + bs] for i in range(0, len(idx), bs)]
+        pos = 0
+        fmt = torch.channels_last if self.channels_last else torch.contiguous_format
+        for x, y in self.loader():
             n = len(y)
-            sids = [self.dataset.sample_ids[i] for i in self.indices[pos:pos + n]]
+            sids = [self.dataset.sample_ids[i] for i in idx[pos:pos + n]]
             pos += n
-            yield x.to(self.device, non_blocking=True).float(), y.to(self.device, non_blocking=True).long(), sids
+            x = x.to(self.device, non_blocking=True).float().contiguous(memory_format=fmt)
+            yield x, y.to(self.device, non_blocking=True).long(), sids
+        if pos != len(idx):
+            raise RuntimeError(f"data loader returned {pos} of {len(idx)} samples for unit {unit.key[:12]}")
 
     def generator(self, unit: Unit) -> torch.Generator:
-        seed = (int(unit.key[:15], 16) + self.spec.seed) % (2 ** 63)
-        return torch.Generator(device=self.device).manual_seed(seed)
+        return torch.Generator(device=self.device).manual_seed(unit_seed(unit, self.spec.seed))
 
     def advance(self, n: int) -> None:
         if self.progress is not None:
             self.progress.update(n)
+
+
+def unit_seed(unit: Unit, seed: int) -> int:
+    return (int(unit.key[:15], 16) + seed) % (2 ** 63)
+
+
+@contextlib.contextmanager
+def unit_rng(seed: int, device: torch.device) -> Iterator[None]:
+    """Global torch/CUDA/numpy/random RNGs seeded from the unit for its duration, then restored.
+
+    Attacks get their own generator; this covers library code that draws from (or reseeds) the
+    global RNG, so a unit's records never depend on what ran before it in the process.
+    """
+    py_state, np_state = random.getstate(), np.random.get_state()
+    devices = [device.index if device.index is not None else torch.cuda.current_device()] \
+        if device.type == "cuda" else []
+    with torch.random.fork_rng(devices=devices):
+        torch.manual_seed(seed)
+        random.seed(seed)
+        np.random.seed(seed % (2 ** 32))
+        try:
+            yield
+        finally:
+            random.setstate(py_state)
+            np.random.set_state(np_state)
 
 
 def _git_commit() -> Optional[str]:
@@ -79,11 +173,10 @@ def _git_commit() -> Optional[str]:
 
 
 def _versions() -> Dict[str, str]:
-    import numpy
     import timm
 
     v = {"robustbench_pid": __version__, "torch": torch.__version__, "timm": timm.__version__,
-         "numpy": numpy.__version__, "pandas": pd.__version__, "python": platform.python_version()}
+         "numpy": np.__version__, "pandas": pd.__version__, "python": platform.python_version()}
     for mod in ("torchattacks", "pyautoattack", "sklearn"):
         try:
             v[mod] = __import__(mod).__version__
@@ -100,7 +193,8 @@ def default_out(spec: RunSpec) -> Path:
     names = sorted({a.attack for a in spec.attacks})
     what = (Path(spec.suite).stem if spec.suite else
             "-".join(names) if names and spec.benchmark == "adversarial" else spec.benchmark)
-    tag = _hash({k: v for k, v in spec.as_dict().items() if k not in ("out", "quiet", "num_workers", "shard")})[:8]
+    tag = _hash({k: v for k, v in spec.as_dict().items()
+                 if k not in ("out", "quiet", "num_workers", "shard", "dry_run")})[:8]
     safe_model = spec.model.replace(":", "-").replace("/", "-")
     return Path("results") / f"{safe_model}_{spec.dataset}_{what}_{spec.protocol}_{tag}"
 
@@ -118,7 +212,7 @@ def check_writable(out: Path) -> None:
 def make_out_dir(out: Path) -> None:
     try:
         out.mkdir(parents=True, exist_ok=True)
-        probe = out / f".write-probe-{os.getpid()}"
+        probe = out / f".write-probe-{_HOST}-{os.getpid()}"
         probe.write_text("ok")
         probe.unlink()
     except OSError as exc:
@@ -126,30 +220,220 @@ def make_out_dir(out: Path) -> None:
                         f"Choose another with --out DIR") from None
 
 
+# --- atomic files --------------------------------------------------------------------------------
+def _tmp_path(path: Path) -> Path:
+    # host + pid + random: unique even for processes on different nodes sharing one folder
+    return path.with_name(f".{path.name}.{_HOST}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
+
+
+def _fsync_dir(d: Path) -> None:
+    try:
+        fd = os.open(d, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
 def atomic_write_bytes(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    """Write ``data`` to ``path`` so readers see the old file or the whole new one, never a part."""
+    tmp = _tmp_path(path)
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    _fsync_dir(path.parent)
 
 
 def write_parquet_atomic(df: pd.DataFrame, path: Path) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    df.to_parquet(tmp, index=False)
-    os.replace(tmp, path)
+    buf = io.BytesIO()
+    df.to_parquet(buf, index=False)
+    atomic_write_bytes(path, buf.getvalue())
+
+
+def _write_json(path: Path, obj: Dict[str, Any]) -> None:
+    atomic_write_bytes(path, (json.dumps(obj, indent=2, default=str) + "\n").encode())
+
+
+def _read_json(path: Path) -> Optional[Dict[str, Any]]:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
 
 
 def unit_done(units_dir: Path, key: str) -> bool:
     return (units_dir / f"{key}.parquet").is_file() and (units_dir / f"{key}.json").is_file()
 
 
+def clean_stale_temps(d: Path, min_age: float = 3600.0) -> int:
+    """Remove temp files that no live writer can own (same host, dead pid; or older than min_age)."""
+    n = 0
+    for p in d.glob(".*.tmp"):
+        parts = p.name.rsplit(".", 4)  # .<name>.<host>.<pid>.<rand>.tmp
+        try:
+            host, pid = parts[-4], int(parts[-3])
+            dead = host == _HOST and not _pid_alive(pid)
+            if dead or time.time() - p.stat().st_mtime > min_age:
+                p.unlink()
+                n += 1
+        except (ValueError, IndexError, OSError):
+            continue
+    return n
+
+
+# --- claims ----------------------------------------------------------------------------------------
+def _proc_start(pid: int) -> Optional[str]:
+    """Start time of ``pid`` (Linux), to tell a live claimant from a recycled pid."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        return stat.rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    except OSError:
+        return False
+    return True
+
+
+def claim_timeout() -> float:
+    try:
+        return float(os.environ.get("ROBUSTBENCH_PID_CLAIM_TIMEOUT", "600"))
+    except ValueError:
+        raise UserError("ROBUSTBENCH_PID_CLAIM_TIMEOUT must be a number of seconds") from None
+
+
+class Claims:
+    """O_EXCL claim files with heartbeat and stale-claim takeover (see module docstring)."""
+
+    def __init__(self, units_dir: Path, timeout: Optional[float] = None) -> None:
+        self.dir = units_dir
+        self.timeout = claim_timeout() if timeout is None else timeout
+        self.token = uuid.uuid4().hex
+        self.me = {"host": _HOST, "pid": os.getpid(), "pid_start": _proc_start(os.getpid()), "token": self.token}
+        self.held: Dict[str, Path] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: Optional[threading.Thread] = None
+
+    def path(self, key: str) -> Path:
+        return self.dir / f"{key}.claim"
+
+    def holder(self, key: str) -> Optional[Dict[str, Any]]:
+        return _read_json(self.path(key))
+
+    def is_stale(self, p: Path) -> bool:
+        try:
+            age = time.time() - p.stat().st_mtime
+        except FileNotFoundError:
+            return True
+        info = _read_json(p)
+        if not info:  # being written right now, or garbage left by a crash
+            return age > 30
+        if info.get("host") == _HOST:
+            pid = int(info.get("pid", -1))
+            if pid == os.getpid():
+                return info.get("token") != self.token  # an earlier run in this process that failed
+            if not _pid_alive(pid):
+                return True
+            start = info.get("pid_start")
+            if start is not None and _proc_start(pid) not in (None, start):
+                return True  # pid recycled by another process
+        return age > self.timeout
+
+    def try_claim(self, key: str) -> bool:
+        p = self.path(key)
+        for _ in range(3):
+            try:
+                fd = os.open(p, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+            except FileExistsError:
+                if not self.is_stale(p):
+                    return False
+                # Move the stale claim aside atomically: of several processes judging it stale,
+                # exactly one rename succeeds; the rest retry the O_EXCL create and lose to it.
+                try:
+                    os.replace(p, p.with_name(f".{p.name}.stale.{self.token[:8]}"))
+                    p.with_name(f".{p.name}.stale.{self.token[:8]}").unlink()
+                except FileNotFoundError:
+                    pass
+                continue
+            with os.fdopen(fd, "w") as f:
+                json.dump({**self.me, "time": time.time()}, f)
+            with self._lock:
+                self.held[key] = p
+            return True
+        return False
+
+    def release(self, key: str) -> None:
+        with self._lock:
+            p = self.held.pop(key, None)
+        if p is not None:
+            info = _read_json(p)
+            if info is None or info.get("token") == self.token:
+                p.unlink(missing_ok=True)
+
+    def release_all(self) -> None:
+        for key in list(self.held):
+            self.release(key)
+
+    def _beat(self, every: float) -> None:
+        while not self._stop.wait(every):
+            with self._lock:
+                paths = list(self.held.values())
+            for p in paths:
+                try:
+                    os.utime(p)
+                except OSError:
+                    pass
+
+    def __enter__(self) -> "Claims":
+        every = max(0.5, min(60.0, self.timeout / 5))
+        self._thread = threading.Thread(target=self._beat, args=(every,), daemon=True, name="claim-heartbeat")
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._stop.set()
+        self.release_all()
+
+
+def _run_lock(out: Path) -> Any:
+    """An inter-process lock for run-level state (run.json, finalize). Falls back to no lock on
+    file systems without flock support: finalize is idempotent and every write is atomic."""
+    from filelock import FileLock
+
+    lock = FileLock(str(out / ".run.lock"), timeout=600)
+    try:
+        lock.acquire()
+    except (OSError, NotImplementedError):
+        return contextlib.nullcontext()
+    lock.release()
+    return lock
+
+
+# --- sharding -------------------------------------------------------------------------------------
 def shard_of(spec: RunSpec) -> Tuple[int, int]:
     """(index, count) from --shard, torchrun (RANK/WORLD_SIZE) or a Slurm array; (0, 1) otherwise."""
     if spec.shard:
         try:
-            i, n = (int(t) for t in spec.shard.split("/"))
+            i, n = (int(t) for t in str(spec.shard).split("/"))
         except ValueError:
             raise UserError(f"--shard must look like i/n (e.g. 0/4), got {spec.shard!r}") from None
         if not (n >= 1 and 0 <= i < n):
@@ -157,28 +441,48 @@ def shard_of(spec: RunSpec) -> Tuple[int, int]:
         return i, n
     env = os.environ
     if "WORLD_SIZE" in env and "RANK" in env:
-        return int(env["RANK"]), int(env["WORLD_SIZE"])
-    if "SLURM_ARRAY_TASK_ID" in env and "SLURM_ARRAY_TASK_COUNT" in env:
+        i, n = int(env["RANK"]), int(env["WORLD_SIZE"])
+        where = "torchrun RANK/WORLD_SIZE"
+    elif "SLURM_ARRAY_TASK_ID" in env and "SLURM_ARRAY_TASK_COUNT" in env:
         lo = int(env.get("SLURM_ARRAY_TASK_MIN", "0"))
-        return int(env["SLURM_ARRAY_TASK_ID"]) - lo, int(env["SLURM_ARRAY_TASK_COUNT"])
-    return 0, 1
+        i, n = int(env["SLURM_ARRAY_TASK_ID"]) - lo, int(env["SLURM_ARRAY_TASK_COUNT"])
+        where = "Slurm array (SLURM_ARRAY_TASK_ID - SLURM_ARRAY_TASK_MIN, SLURM_ARRAY_TASK_COUNT)"
+    else:
+        return 0, 1
+    if not (n >= 1 and 0 <= i < n):
+        raise UserError(f"{where} gives shard {i} of {n}; array ids must be contiguous (e.g. --array=0-7), "
+                        f"or pass --shard i/n explicitly")
+    return i, n
 
 
+def shard_units(units: Sequence[Unit], i: int, n: int) -> List[Unit]:
+    """Every n-th unit: each shard gets a mix of clean (cheap) and attack (costly) units."""
+    return [u for j, u in enumerate(units) if j % n == i]
+
+
+# --- preparation ----------------------------------------------------------------------------------
 def prepare(spec: RunSpec) -> Context:
     """Validate the spec, load model and data (everything that can fail fast fails here)."""
     if spec.protocol not in PROTOCOLS:
         raise UserError(f"unknown protocol {spec.protocol!r}; valid: {', '.join(PROTOCOLS)}")
-    if spec.batch_size < 1 or spec.chunk_size < 1:
-        raise UserError("--batch-size and --chunk-size must be >= 1")
+    if spec.batch_size < 0 or spec.chunk_size < 1:
+        raise UserError("--batch-size must be >= 1 (or 0: find automatically on GPU) and --chunk-size >= 1")
+    if spec.num_workers < 0:
+        raise UserError(f"--workers must be >= 0, got {spec.num_workers}")
     if spec.limit is not None and spec.limit < 1:
         raise UserError(f"--limit must be >= 1, got {spec.limit}")
+    shard_of(spec)  # malformed --shard / environment -> clear error before loading anything
     get_benchmark(spec.benchmark)  # unknown benchmark -> clear error
     info = dataset_info(spec.dataset)
     device = pick_device(spec.device)
-    if spec.device == "auto" and device.type == "cuda" and "LOCAL_RANK" in os.environ:
-        device = torch.device(f"cuda:{int(os.environ['LOCAL_RANK'])}")
+    check_precision(device, spec.precision)
+    if spec.batch_size == 0 and device.type != "cuda":
+        raise UserError("--batch-size 0 (find automatically) needs a GPU; on CPU give a number, e.g. --batch-size 64")
     model = load_model(spec.model, spec.checkpoint, spec.dataset, allow_pickle=spec.allow_pickle,
                        strict=spec.strict, **spec.arch_kwargs).to(device)
+    channels_last = wants_channels_last(model, device)
+    if channels_last:
+        model = model.to(memory_format=torch.channels_last)
     ds_opts: Dict[str, Any] = dict(spec.benchmark_options.get("dataset", {}))
     if spec.subset is not None:
         ds_opts.update(subset=spec.subset, subset_seed=spec.seed)
@@ -192,9 +496,14 @@ def prepare(spec: RunSpec) -> Context:
         "model": spec.model, "arch": model.info["arch"], "checkpoint_sha256": model.info.get("checkpoint_sha256"),
         "dataset": spec.dataset, "split": spec.split, "protocol": spec.protocol,
     }
-    ctx = Context(spec, model, ds, list(range(n)), device, ids)
+    batch_size = spec.batch_size
+    if batch_size == 0:
+        batch_size = find_batch_size(model, tuple(model.info["input_size"]), device, spec.precision)
+    ctx = Context(spec, model, ds, list(range(n)), device, ids, batch_size=batch_size, channels_last=channels_last)
     if spec.compile:
-        ctx.eval_model = torch.compile(model)
+        compiled = torch.compile(model)
+        ctx.eval_model = compiled
+        ctx.attack_model = compiled
     assert info.num_classes == model.info["num_classes"]
     return ctx
 
@@ -207,83 +516,294 @@ def unit_key(ctx: Context, u: Unit) -> str:
         "start": u.start, "stop": u.stop, "n_total": len(ctx.indices),
         "arch": m["arch"], "arch_kwargs": m["arch_kwargs"], "checkpoint_sha256": m.get("checkpoint_sha256"),
         "dataset": ctx.spec.dataset, "split": ctx.spec.split, "protocol": ctx.spec.protocol,
-        "seed": ctx.spec.seed, "batch_size": ctx.spec.batch_size, "precision": ctx.spec.precision,
+        "seed": ctx.spec.seed, "batch_size": ctx.batch_size, "precision": ctx.spec.precision,
         "bench_opts": ctx.spec.benchmark_options,
     })
 
 
 def plan_units(ctx: Context) -> List[Unit]:
     units = get_benchmark(ctx.spec.benchmark).plan(ctx)
-    return [replace(u, key=unit_key(ctx, u)) for u in units]
+    units = [replace(u, key=unit_key(ctx, u)) for u in units]
+    seen: Dict[str, Unit] = {}
+    for u in units:
+        if u.key in seen:
+            raise RuntimeError(f"benchmark {ctx.spec.benchmark!r} planned the same work unit twice: {u}")
+        seen[u.key] = u
+    return units
 
 
 def chunks(n: int, size: int) -> List[Tuple[int, int]]:
     return [(s, min(n, s + size)) for s in range(0, n, size)]
 
 
+def _unit_dict(u: Unit) -> Dict[str, Any]:
+    return {"key": u.key, "benchmark": u.benchmark, "attack": u.attack, "eps": u.eps, "params": u.params,
+            "condition": u.condition, "start": u.start, "stop": u.stop}
+
+
+def _unit_from(d: Dict[str, Any]) -> Unit:
+    return Unit(d["benchmark"], d["attack"], float(d["eps"]), d["params"], d["condition"],
+                int(d["start"]), int(d["stop"]), d["key"])
+
+
+def plan_hash(units: Sequence[Unit]) -> str:
+    return _hash([u.key for u in units])
+
+
+def unit_label(u: Unit) -> str:
+    what = u.attack if not u.condition else f"{u.attack} {u.condition}"
+    eps = f" eps={u.eps:.4g}" if u.eps else ""
+    return f"{u.benchmark}/{what}{eps} samples [{u.start}:{u.stop}] (unit {u.key[:12]})"
+
+
+# --- the run --------------------------------------------------------------------------------------
 def run(spec: RunSpec) -> Path:
-    """Evaluate ``spec``; returns the run folder (complete, or raises)."""
+    """Evaluate ``spec`` (this process's shard of it); returns the run folder.
+
+    The folder is complete (``run.json`` status ``complete``) when every unit is present after
+    this process's work; otherwise (other shards still to run) it is left for them or ``merge``.
+    """
     t0 = time.time()
     out = Path(spec.out) if spec.out else default_out(spec)
-    check_writable(out)
+    if not spec.dry_run:
+        check_writable(out)
     ctx = prepare(spec)
-    make_out_dir(out)
     units = plan_units(ctx)
+    shard_i, shard_n = shard_of(spec)
+    mine = shard_units(units, shard_i, shard_n)
+    ctx.ids["run_id"] = out.name
+    if spec.dry_run:
+        dry_run(ctx, out, units, mine, (shard_i, shard_n))
+        return out
+    make_out_dir(out)
     units_dir = out / "units"
     units_dir.mkdir(exist_ok=True)
-    run_id = out.name
-    ctx.ids["run_id"] = run_id
-    shard_i, shard_n = shard_of(spec)
-    mine = [u for j, u in enumerate(units) if j % shard_n == shard_i]
-    # A previous summary must not survive into a run that may die before writing a new one.
-    if shard_n == 1:
-        for stale in ("summary.csv", "records.parquet"):
-            (out / stale).unlink(missing_ok=True)
+    (out / "shards").mkdir(exist_ok=True)
+    clean_stale_temps(units_dir)
+    clean_stale_temps(out)
     provenance = _provenance(ctx, spec, out, units)
-    if shard_n == 1 or shard_i == 0:
-        _write_json(out / "run.json", {**provenance, "status": "running"})
-    todo = [u for u in mine if not unit_done(units_dir, u.key)]
-    from tqdm.auto import tqdm
-
-    total = sum(u.stop - u.start for u in todo)
-    bench = get_benchmark(spec.benchmark)
-    with tqdm(total=total, unit="img", disable=spec.quiet, desc=f"{spec.model} {spec.benchmark}",
-              dynamic_ncols=True) as bar:
-        ctx.progress = bar
-        for u in todo:
-            if unit_done(units_dir, u.key):  # another process finished it meanwhile
-                bar.update(u.stop - u.start)
-                continue
-            bar.set_postfix_str(f"{u.attack} eps={u.eps:.4g} {u.condition} [{u.start}:{u.stop}]")
-            tu = time.time()
-            recs = bench.run_unit(ctx, u)
-            recs = _stamp(recs, ctx, u)
-            write_parquet_atomic(recs, units_dir / f"{u.key}.parquet")
-            atomic_write_bytes(units_dir / f"{u.key}.json", json.dumps(
-                {"key": u.key, "benchmark": u.benchmark, "attack": u.attack, "eps": u.eps, "params": u.params,
-                 "condition": u.condition, "start": u.start, "stop": u.stop, "n": len(recs),
-                 "seconds": round(time.time() - tu, 3), "device": str(ctx.device)}).encode())
-    missing = [u for u in units if not unit_done(units_dir, u.key)]
-    if missing:
-        if shard_n > 1:
-            return out  # other shards still running; `robustbench-pid merge` assembles the run
+    phash = plan_hash(units)
+    _write_json(out / "plan.json", {
+        "version": PLAN_VERSION, "plan_hash": phash, "run_id": out.name, "n_units": len(units),
+        "units": [_unit_dict(u) for u in units],
+        "sample_ids": [str(ctx.dataset.sample_ids[i]) for i in ctx.indices],
+        "provenance": provenance,
+    })
+    with _run_lock(out):
+        info = _read_json(out / "run.json") or {}
+        if not (info.get("status") == "complete" and info.get("plan_hash") == phash):
+            # A previous summary must not survive into a run that may die before writing a new one.
+            for stale in ("summary.csv", "records.parquet"):
+                (out / stale).unlink(missing_ok=True)
+            _write_json(out / "run.json", {**provenance, "plan_hash": phash, "status": "running"})
+    shard_file = out / "shards" / f"{shard_i}-of-{shard_n}.json"
+    me = {"shard": shard_i, "n_shards": shard_n, "plan_hash": phash, "host": _HOST, "pid": os.getpid(),
+          "device": str(ctx.device), "device_name": _device_name(ctx.device), "batch_size": ctx.batch_size,
+          "precision": spec.precision, "units_assigned": len(mine), "started": _now(), "status": "running"}
+    _write_json(shard_file, me)
+    computed, seconds = _work(ctx, out, mine, (shard_i, shard_n))
+    _write_json(shard_file, {**me, "status": "done", "finished": _now(), "units_computed": computed,
+                             "compute_seconds": round(seconds, 3), "wall_seconds": round(time.time() - t0, 3)})
+    if all(unit_done(units_dir, u.key) for u in units):
+        finalize_run(out, expected_plan=phash)
+    elif shard_n == 1:
+        missing = [u for u in units if not unit_done(units_dir, u.key)]
         raise RuntimeError(f"{len(missing)} work units are missing after the run")
-    finalize(out, units, provenance, wall=time.time() - t0)
     return out
 
 
-def finalize(out: Path, units: List[Unit], provenance: Dict[str, Any], wall: float) -> pd.DataFrame:
+def _work(ctx: Context, out: Path, mine: List[Unit], shard: Tuple[int, int]) -> Tuple[int, float]:
+    """Compute this process's units not done yet; wait for those other live processes hold."""
+    from tqdm.auto import tqdm
+
+    spec = ctx.spec
     units_dir = out / "units"
-    frames = [pd.read_parquet(units_dir / f"{u.key}.parquet") for u in units]
-    records = pd.concat(frames, ignore_index=True)
-    write_parquet_atomic(records, out / "records.parquet")
-    summary = summarize(records)
-    tmp = out / ".summary.csv.tmp"
-    summary.to_csv(tmp, index=False)
-    _write_json(out / "run.json", {**provenance, "status": "complete", "wall_seconds": round(wall, 2),
-                                   "n_records": len(records), "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
-    os.replace(tmp, out / "summary.csv")
+    bench = get_benchmark(spec.benchmark)
+    total = sum(u.stop - u.start for u in mine)
+    done0 = sum(u.stop - u.start for u in mine if unit_done(units_dir, u.key))
+    desc = f"{spec.model} {spec.benchmark}" + (f" [shard {shard[0]}/{shard[1]}]" if shard[1] > 1 else "")
+    tty = sys.stderr.isatty()
+    # under torchrun one bar per node is enough (shards are balanced, so its ETA stands for all)
+    show = not spec.quiet and os.environ.get("LOCAL_RANK", "0") == "0"
+    computed, seconds = 0, 0.0
+    with Claims(units_dir) as claims, tqdm(total=total, initial=done0, unit="img", disable=not show, desc=desc,
+                                           dynamic_ncols=True, mininterval=0.1 if tty else 30.0) as bar:
+        ctx.progress = bar
+        pending = [u for u in mine if not unit_done(units_dir, u.key)]
+        wait = 0.2
+        while pending:
+            progressed, held = False, []
+            for u in pending:
+                if unit_done(units_dir, u.key):
+                    bar.update(u.stop - u.start)
+                    continue
+                if not claims.try_claim(u.key):
+                    held.append(u)
+                    continue
+                try:
+                    if unit_done(units_dir, u.key):  # finished by another process meanwhile
+                        bar.update(u.stop - u.start)
+                        continue
+                    bar.set_postfix_str(_short(u))
+                    tu = time.time()
+                    _compute_unit(ctx, bench, u, units_dir)
+                    computed += 1
+                    seconds += time.time() - tu
+                    progressed = True
+                finally:
+                    claims.release(u.key)
+            pending = [u for u in held if not unit_done(units_dir, u.key)]
+            if pending and not progressed:
+                bar.set_postfix_str(f"waiting for {len(pending)} unit(s) held by other processes")
+                time.sleep(wait)
+                wait = min(5.0, wait * 1.5)
+        ctx.progress = None
+    return computed, seconds
+
+
+def _compute_unit(ctx: Context, bench: Any, u: Unit, units_dir: Path) -> None:
+    tu = time.time()
+    with unit_rng(unit_seed(u, ctx.spec.seed), ctx.device):
+        recs = bench.run_unit(ctx, u)
+    recs = _stamp(recs.reset_index(drop=True), ctx, u)
+    write_parquet_atomic(recs, units_dir / f"{u.key}.parquet")
+    _write_json(units_dir / f"{u.key}.json", {
+        **_unit_dict(u), "n": len(recs), "n_samples": int(recs["sample_id"].nunique()),
+        "seconds": round(time.time() - tu, 3), "device": str(ctx.device), "host": _HOST,
+        "batch_size": ctx.batch_size, "finished": _now()})
+
+
+# --- merge / finalize ---------------------------------------------------------------------------
+class IncompleteRun(UserError):
+    """Some units of the plan are missing (a shard has not run or has not finished)."""
+
+
+def load_plan(out: Path) -> Dict[str, Any]:
+    out = Path(out)
+    if not out.is_dir():
+        raise UserError(f"run folder not found: {out}")
+    plan = _read_json(out / "plan.json")
+    if plan is None:
+        raise UserError(f"{out} has no readable plan.json: not a run folder of this version (re-run the evaluate "
+                        f"command with --out {out} to (re)create it; finished units are reused)")
+    return plan
+
+
+def check_complete(out: Path, plan: Dict[str, Any]) -> List[Unit]:
+    """The plan's units, or IncompleteRun naming the missing units and the shards that own them."""
+    units = [_unit_from(d) for d in plan["units"]]
+    units_dir = Path(out) / "units"
+    missing = [(j, u) for j, u in enumerate(units) if not unit_done(units_dir, u.key)]
+    if not missing:
+        return units
+    shard_infos = [s for s in (_read_json(p) for p in sorted((Path(out) / "shards").glob("*.json"))) if s]
+    counts = sorted({int(s["n_shards"]) for s in shard_infos if s.get("plan_hash") == plan["plan_hash"]}) or [1]
+    lines = [f"{out}: {len(missing)} of {len(units)} work units are missing, so the run cannot be merged."]
+    for n in counts:
+        if n == 1:
+            continue
+        by_shard: Dict[int, List[Unit]] = {}
+        for j, u in missing:
+            by_shard.setdefault(j % n, []).append(u)
+        for i, us in sorted(by_shard.items()):
+            st = next((s for s in shard_infos if s.get("shard") == i and s.get("n_shards") == n
+                       and s.get("plan_hash") == plan["plan_hash"]), None)
+            state = ("never started" if st is None else
+                     f"{st.get('status')} on {st.get('host')} (pid {st.get('pid')}, started {st.get('started')})")
+            lines.append(f"  shard {i}/{n}: {len(us)} unit(s) missing; that shard {state}")
+    for _, u in missing[:10]:
+        lines.append(f"  missing: {unit_label(u)}")
+    if len(missing) > 10:
+        lines.append(f"  ... and {len(missing) - 10} more")
+    lines.append("Run the missing shard(s) with the same command (--shard i/n, or the same torchrun/Slurm "
+                 "launch), then merge again.")
+    raise IncompleteRun("\n".join(lines))
+
+
+def check_records(units: Sequence[Unit], frames: Sequence[pd.DataFrame], sample_ids: Sequence[str]) -> None:
+    """Every (configuration, sample) exactly once: each unit holds exactly its own samples (each
+    with the same number of rows), and no two units of one configuration share a sample."""
+    owner: Dict[Tuple[Any, ...], Dict[str, str]] = {}
+    problems: List[str] = []
+    for u, df in zip(units, frames):
+        expected = [str(s) for s in sample_ids[u.start:u.stop]]
+        got = df["sample_id"].astype(str)
+        if "unit" in df.columns and (df["unit"] != u.key).any():
+            problems.append(f"{unit_label(u)}: its file holds records of another unit")
+            continue
+        counts = got.value_counts()
+        if set(counts.index) != set(expected):
+            lost = sorted(set(expected) - set(counts.index))[:5]
+            extra = sorted(set(counts.index) - set(expected))[:5]
+            problems.append(f"{unit_label(u)}: samples missing {lost} / unexpected {extra}")
+            continue
+        if counts.nunique() != 1:
+            problems.append(f"{unit_label(u)}: samples {list(counts[counts > counts.min()].index[:5])} "
+                            f"appear more often than the others")
+            continue
+        cfg = (u.benchmark, u.attack, u.eps, u.params, u.condition)
+        seen = owner.setdefault(cfg, {})
+        for s in expected:
+            if s in seen:
+                problems.append(f"{unit_label(u)}: sample {s} also in unit {seen[s][:12]}")
+                break
+            seen[s] = u.key
+    if problems:
+        raise UserError("records fail the exactly-once check:\n  " + "\n  ".join(problems[:20]) +
+                        "\nDelete the named units' files under units/ and re-run the command to recompute them.")
+
+
+def finalize_run(out: Path, expected_plan: Optional[str] = None) -> pd.DataFrame:
+    """Check and assemble a run folder whose units are all present: records, summary, run.json.
+
+    Idempotent and safe to call from several processes at once (file lock + atomic writes);
+    the records are in plan order, so they do not depend on how the work was sharded.
+    """
+    out = Path(out)
+    with _run_lock(out):
+        plan = load_plan(out)
+        if expected_plan is not None and plan["plan_hash"] != expected_plan:
+            raise UserError(f"{out}/plan.json was replaced by a run with different settings while this one "
+                            f"ran; use one --out folder per configuration")
+        units = check_complete(out, plan)
+        units_dir = out / "units"
+        frames = []
+        for u in units:
+            try:
+                frames.append(pd.read_parquet(units_dir / f"{u.key}.parquet"))
+            except Exception as exc:  # noqa: BLE001 - name the unreadable file, whatever pyarrow raises
+                raise UserError(f"{units_dir / (u.key + '.parquet')} is unreadable ({exc}); delete it and its "
+                                f".json and re-run the command to recompute {unit_label(u)}") from None
+        check_records(units, frames, plan["sample_ids"])
+        records = pd.concat(frames, ignore_index=True)
+        write_parquet_atomic(records, out / "records.parquet")
+        summary = summarize(records)
+        metas = [_read_json(units_dir / f"{u.key}.json") or {} for u in units]
+        shards = [s for s in (_read_json(p) for p in sorted((out / "shards").glob("*.json")))
+                  if s and s.get("plan_hash") == plan["plan_hash"]]
+        prov = dict(plan["provenance"])
+        devices = sorted({s["device"] for s in shards if s.get("device")})
+        names = sorted({s["device_name"] for s in shards if s.get("device_name")})
+        if devices:
+            prov["device"] = devices[0] if len(devices) == 1 else devices
+        if names:
+            prov["device_name"] = names[0] if len(names) == 1 else names
+        starts = [s["started"] for s in shards if s.get("started")]
+        if starts:
+            prov["started"] = min(starts)
+        t_start = min((_parse_time(s) for s in starts), default=None)
+        _write_json(out / "run.json", {
+            **prov, "plan_hash": plan["plan_hash"], "status": "complete",
+            "wall_seconds": round(time.time() - t_start, 2) if t_start else None,
+            "compute_seconds": round(sum(float(m.get("seconds", 0)) for m in metas), 2),
+            "n_records": len(records), "shards": shards, "finished": _now()})
+        atomic_write_bytes(out / "summary.csv", summary.to_csv(index=False).encode())
     return summary
+
+
+def merge(out: Path) -> pd.DataFrame:
+    """``robustbench-pid merge``: check a (sharded) run folder and write its tables."""
+    return finalize_run(Path(out))
 
 
 def _stamp(recs: pd.DataFrame, ctx: Context, u: Unit) -> pd.DataFrame:
@@ -295,10 +815,36 @@ def _stamp(recs: pd.DataFrame, ctx: Context, u: Unit) -> pd.DataFrame:
     return recs
 
 
+def _short(u: Unit) -> str:
+    eps = f" eps={u.eps:.4g}" if u.eps else ""
+    cond = f" {u.condition}" if u.condition else ""
+    return f"{u.attack}{eps}{cond} [{u.start}:{u.stop}]"
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S%z")
+
+
+def _parse_time(s: str) -> float:
+    try:
+        return time.mktime(time.strptime(s, "%Y-%m-%dT%H:%M:%S%z"))
+    except (ValueError, TypeError):
+        return time.time()
+
+
+def _device_name(device: torch.device) -> str:
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    return platform.processor() or platform.machine()
+
+
 def _provenance(ctx: Context, spec: RunSpec, out: Path, units: List[Unit]) -> Dict[str, Any]:
+    """Run-level provenance (the same for every shard of the run; per-process facts go to shards/)."""
     m = ctx.model.info
+    spec_d = spec.as_dict()
+    spec_d["shard"] = None
     return {
-        "run_id": out.name, "spec": spec.as_dict(), "model": spec.model, "arch": m["arch"],
+        "run_id": out.name, "spec": spec_d, "model": spec.model, "arch": m["arch"],
         "arch_kwargs": m["arch_kwargs"], "checkpoint": m.get("checkpoint"),
         "checkpoint_sha256": m.get("checkpoint_sha256"), "checkpoint_strict": m.get("strict", True),
         "checkpoint_load_problems": m.get("load_problems", []), "model_config": {
@@ -307,13 +853,119 @@ def _provenance(ctx: Context, spec: RunSpec, out: Path, units: List[Unit]) -> Di
         "dataset_provenance": getattr(ctx.dataset, "provenance", {}), "n_samples": len(ctx.indices),
         "limit": spec.limit, "protocol": spec.protocol, "benchmark": spec.benchmark,
         "attacks": [{"attack": a.attack, **a.params} for a in spec.attacks], "suite": spec.suite,
-        "seed": spec.seed, "device": str(ctx.device),
-        "device_name": torch.cuda.get_device_name(ctx.device) if ctx.device.type == "cuda" else platform.processor() or platform.machine(),
-        "precision": spec.precision, "compile": spec.compile, "batch_size": spec.batch_size,
-        "n_units": len(units), "versions": _versions(), "git_commit": _git_commit(),
-        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "seed": spec.seed, "device": str(ctx.device), "device_name": _device_name(ctx.device),
+        "precision": spec.precision, "compile": spec.compile, "batch_size": ctx.batch_size,
+        "chunk_size": spec.chunk_size, "n_units": len(units), "versions": _versions(), "git_commit": _git_commit(),
+        "started": _now(),
     }
 
 
-def _write_json(path: Path, obj: Dict[str, Any]) -> None:
-    atomic_write_bytes(path, (json.dumps(obj, indent=2, default=str) + "\n").encode())
+# --- dry run ----------------------------------------------------------------------------------------
+def unit_passes(ctx: Context, u: Unit) -> Tuple[float, float]:
+    """(forward-only, forward+backward) passes per sample for a unit: an upper bound (early
+    stopping and skipped samples only lower it). Attacks or benchmarks may define ``passes()``."""
+    bench = get_benchmark(u.benchmark)
+    if hasattr(bench, "passes"):
+        return tuple(bench.passes(ctx, u))  # type: ignore[return-value]
+    if u.benchmark != "adversarial":
+        return 1.0, 0.0
+    if u.attack == "clean":
+        return 1.0, 0.0
+    from .attacks import make_attack
+
+    attack = make_attack(u.attack, **json.loads(u.params))
+    fwd, fb = 2.0, 0.0  # clean pass + verdict pass
+    if hasattr(attack, "passes"):
+        a_fwd, a_fb = attack.passes()
+        return fwd + a_fwd, fb + a_fb
+    p = attack.params()
+    restarts = max(1, int(p.get("restarts", 1) or 1))
+    if not attack.uses_gradients:
+        iters = int(p.get("iterations", p.get("steps", 0)) or 0)
+        n_samples = int(p.get("n_samples", 0) or 0)
+        return fwd + restarts * iters * max(1, n_samples) if iters else fwd, fb
+    steps = p.get("steps", p.get("iterations"))
+    return fwd, fb + restarts * (int(steps) if steps is not None else 1)
+
+
+def calibrate(ctx: Context, reps: int = 3) -> Tuple[float, float]:
+    """Seconds per image of one forward and of one forward+backward-to-input pass, measured on
+    one batch of the run's own data, model, device and precision (median of ``reps``)."""
+    u = Unit("calibration", "clean", 0.0, "{}", "", 0, min(len(ctx.indices), ctx.batch_size), "0" * 64)
+    x, y, _ = next(ctx.batches(u))
+    model = ctx.eval_model or ctx.model
+    amodel = ctx.attack_model or ctx.model
+
+    def sync() -> None:
+        if ctx.device.type == "cuda":
+            torch.cuda.synchronize(ctx.device)
+
+    def fwd() -> None:
+        with torch.inference_mode():
+            model(x)
+
+    def fb() -> None:
+        xr = x.detach().clone().requires_grad_(True)
+        with torch.enable_grad(), attack_precision(ctx.device, ctx.spec.precision):
+            loss = torch.nn.functional.cross_entropy(amodel(xr).float(), y, reduction="sum")
+        torch.autograd.grad(loss, xr)
+
+    out = []
+    for fn in (fwd, fb):
+        fn()
+        sync()
+        times = []
+        for _ in range(reps):
+            t = time.perf_counter()
+            fn()
+            sync()
+            times.append(time.perf_counter() - t)
+        out.append(float(np.median(times)) / len(y))
+    return out[0], out[1]
+
+
+def dry_run(ctx: Context, out: Path, units: List[Unit], mine: List[Unit], shard: Tuple[int, int]) -> None:
+    """Print the plan, passes per unit and an estimated time; write nothing."""
+    t_f, t_fb = calibrate(ctx)
+    units_dir = out / "units"
+    i, n = shard
+    mine_keys = {u.key for u in mine}
+    spec = ctx.spec
+    print(f"dry run: {spec.model} on {spec.dataset} ({spec.split}), {len(ctx.indices)} samples, protocol "
+          f"{spec.protocol}, benchmark {spec.benchmark}; run folder {out}")
+    print(f"calibration on {ctx.device} ({_device_name(ctx.device)}), batch {ctx.batch_size}, precision "
+          f"{spec.precision}: forward {1e3 * t_f:.3f} ms/img, forward+backward {1e3 * t_fb:.3f} ms/img")
+    hdr = f"{'unit':12}  {'shard':>5}  {'attack':14} {'eps':>8}  {'condition':14} {'samples':>13}  " \
+          f"{'fwd/img':>8} {'f+b/img':>8}  {'status':6} {'est. s':>9}"
+    print(hdr)
+    tot = {"f": 0.0, "fb": 0.0, "est": 0.0, "todo": 0}
+    mine_tot = {"f": 0.0, "fb": 0.0, "est": 0.0, "todo": 0}
+    for j, u in enumerate(units):
+        f, b = unit_passes(ctx, u)
+        m = u.stop - u.start
+        est = m * (f * t_f + b * t_fb)
+        done = unit_done(units_dir, u.key)
+        status = "done" if done else "todo"
+        for acc, on in ((tot, True), (mine_tot, u.key in mine_keys)):
+            if on and not done:
+                acc["f"] += f * m
+                acc["fb"] += b * m
+                acc["est"] += est
+                acc["todo"] += 1
+        eps = f"{u.eps:.4g}" if u.eps else "-"
+        print(f"{u.key[:12]:12}  {j % n:>5}  {u.attack[:14]:14} {eps:>8}  {(u.condition or '-')[:14]:14} "
+              f"{f'{u.start}:{u.stop}':>13}  {f:>8g} {b:>8g}  {status:6} {est:>9.1f}")
+    print(f"total: {len(units)} units, {tot['todo']} to do: {tot['f']:.0f} forward and {tot['fb']:.0f} "
+          f"forward+backward image-passes, about {_fmt_s(tot['est'])} on one {ctx.device.type} device like this one")
+    if n > 1:
+        print(f"this shard ({i}/{n}): {len(mine)} units, {mine_tot['todo']} to do, about {_fmt_s(mine_tot['est'])}")
+    print("estimates are upper bounds: early stopping and samples misclassified when clean are not attacked, "
+          "and data loading is not included. Nothing was computed or written.")
+
+
+def _fmt_s(s: float) -> str:
+    if s < 120:
+        return f"{s:.1f} s"
+    if s < 7200:
+        return f"{s / 60:.1f} min"
+    return f"{s / 3600:.1f} h"

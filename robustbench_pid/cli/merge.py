@@ -1,0 +1,30 @@
+"""``robustbench-pid merge RUN_DIR``: assemble a sharded run (torchrun ranks, Slurm array tasks,
+``--shard i/n`` processes) into the same records and tables a single process would write.
+
+Normally unnecessary: whichever shard finishes last assembles the run itself. Use it to check a
+folder, or after shards ran on machines that could not see each other's finish.
+"""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+NAME = "merge"
+HELP = ("check that every work unit of a sharded run is present and every (configuration, sample) appears "
+        "exactly once, then write records.parquet, summary.csv and run.json")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="the run folder all shards wrote to (--out)")
+    p.add_argument("--quiet", action="store_true", help="print only errors")
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..report_text import format_summary
+    from ..runner import merge
+
+    summary = merge(args.run_dir)
+    if not args.quiet:
+        print(format_summary(summary))
+        print(f"\nmerged {args.run_dir}  (records.parquet, summary.csv, run.json)")
+    return 0
