@@ -29,7 +29,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="skip unreadable/truncated images and count them in the results (default: hard error)")
     g.add_argument("--benchmark", default=None,
                    help="adversarial (clean + attacks; the default for most datasets), corruptions, ... "
-                        "(`robustbench-pid benchmarks` lists them)")
+                        "(`robustbench-pid list benchmarks` lists them)")
     a = p.add_argument_group("attacks")
     a.add_argument("--attack", action="append", default=[], help="attack name (repeatable)")
     a.add_argument("--suite", help="attack suite name (attacks/NAME.toml) or path to a .toml file")

@@ -1,0 +1,48 @@
+"""``robustbench-pid list KIND``: what is registered (attacks with settings, datasets, benchmarks, suites)."""
+from __future__ import annotations
+
+import argparse
+import sys
+
+NAME = "list"
+HELP = "list registered attacks (with their settings), datasets, benchmarks or attack suites"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("kind", choices=["attacks", "datasets", "benchmarks", "suites"])
+
+
+def run(a: argparse.Namespace) -> int:
+    if a.kind == "attacks":
+        from ..attacks import attack_names, get_attack
+
+        for name in attack_names():
+            cls = get_attack(name)
+            defaults = cls().params()
+            doc = _first_line(cls)
+            print(f"{name:12s} norm={cls.norm:5s} {doc}")
+            print("    " + ", ".join(f"{k}={v!r}" for k, v in defaults.items()))
+    elif a.kind == "datasets":
+        from ..data import datasets, _discover
+
+        _discover()
+        for name, info in datasets.items():
+            print(f"{name:16s} family={info.family:9s} classes={info.num_classes:<5d} {info.description}")
+    elif a.kind == "benchmarks":
+        from ..benchmarks import benchmark_names, get_benchmark
+
+        for name in benchmark_names():
+            print(f"{name:16s} {_first_line(type(get_benchmark(name)))}")
+    else:
+        from ..suites import load_suite, suite_names
+
+        for name in suite_names():
+            s = load_suite(name)
+            print(f"{name:16s} {len(s['attacks']):3d} attack runs  {s['description']}")
+    return 0
+
+
+def _first_line(cls: type) -> str:
+    """The module docstring's first line (dataclass docstrings are just the signature)."""
+    doc = (sys.modules[cls.__module__].__doc__ or "").strip()
+    return doc.splitlines()[0] if doc else ""
