@@ -1,0 +1,32 @@
+"""``plot``: write the result plots (PNG and SVG) to a folder."""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+NAME = "plot"
+HELP = "plots of results (accuracy vs eps, per-corruption CE, rank collapse) as PNG and SVG"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("results", nargs="+", help="run folder(s), a folder of runs, or a tidy results .csv")
+    p.add_argument("--out", type=Path, required=True, help="folder for the image files")
+    p.add_argument("--format", action="append", choices=["png", "svg"],
+                   help="only this format (repeatable; default both)")
+
+
+def run(args: argparse.Namespace) -> int:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from ..plots import write_plots
+    from ..tables import load_inputs
+
+    paths, notes = write_plots(load_inputs(args.results), args.out, formats=args.format or ("png", "svg"))
+    for p in paths:
+        print(f"wrote {p}")
+    for n in notes:
+        print(f"note: {n}")
+    if not paths:
+        print("no plots: the results hold nothing to plot")
+    return 0

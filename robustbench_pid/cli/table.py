@@ -1,0 +1,44 @@
+"""``table``: paper-style (PIDformer Table 1), long or wide tables with intervals and paired tests."""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+NAME = "table"
+HELP = ("tables of results: --layout paper (PIDformer Table 1 shape, per-pair delta and paired p-values), "
+        "long or wide; markdown, latex or csv")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("results", nargs="+", help="run folder(s) or a folder of runs (a tidy .csv works too, "
+                                              "without paired tests)")
+    p.add_argument("--layout", default="paper", choices=["paper", "long", "wide"])
+    p.add_argument("--format", default="markdown", choices=["markdown", "latex", "csv"])
+    p.add_argument("--models", help="comma-separated column order (default: sorted names)")
+    p.add_argument("--dataset", help="paper layout: only this dataset")
+    p.add_argument("--protocol", help="paper layout: only this protocol (standard or paper)")
+    p.add_argument("--eps", help="paper layout: eps per attack row when several were run: one value for all "
+                                 "(3/255) or per attack (pgd=4/255,fgsm=2/255)")
+    p.add_argument("--no-compare", action="store_true", help="paper layout: no delta / p-value columns")
+    p.add_argument("--n-boot", type=int, default=1000, help="bootstrap resamples for mCE/AUPR (default 1000)")
+    p.add_argument("-o", "--output", type=Path, help="write to this file instead of stdout")
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..tables import load_inputs, render, tables
+
+    inp = load_inputs(args.results)
+    kw = {}
+    if args.layout == "paper":
+        kw = dict(dataset=args.dataset, protocol=args.protocol, eps=args.eps, compare=not args.no_compare,
+                  n_boot=args.n_boot)
+    if args.models:
+        kw["models"] = [m.strip() for m in args.models.split(",") if m.strip()]
+    text = render(tables(inp, layout=args.layout, **kw), args.format)
+    if args.output:
+        args.output.parent.mkdir(parents=True, exist_ok=True)
+        args.output.write_text(text)
+        print(f"wrote {args.output}")
+    else:
+        print(text, end="")
+    return 0

@@ -1,0 +1,218 @@
+"""Plots (matplotlib): accuracy against eps, per-corruption CE bars, rank-collapse curves.
+
+Each plot is a function taking results (a path, tidy DataFrame or records) and returning a
+``matplotlib.figure.Figure`` (or ``None`` when the results hold nothing for it), so a notebook can
+call it; ``write_plots`` saves all of them as PNG and SVG. Figures are built with the
+object-oriented API on an Agg canvas, never through pyplot's global state, so this works headless
+(CI, servers) and does not change a notebook's backend.
+"""
+from __future__ import annotations
+
+import io
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
+
+import numpy as np
+import pandas as pd
+
+from .errors import UserError
+from .tables import ACCURACY_METRICS, OOD_DATASETS, as_inputs, dedupe, eps_text, with_labels
+
+FORMATS = ("png", "svg")
+
+
+def _figure(width: float, height: float):
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(width, height), dpi=100, layout="constrained")
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def _tidy(data: Any) -> pd.DataFrame:
+    df, _ = dedupe(with_labels(as_inputs(data).results))
+    return df
+
+
+def plot_eps_curves(data: Any, metric: str = "top1", attacks: Optional[Sequence[str]] = None,
+                    dataset: Optional[str] = None, protocol: Optional[str] = None,
+                    models: Optional[Sequence[str]] = None):
+    """Accuracy against eps, one panel per attack (and protocol), one line per model, 95% band.
+
+    Clean accuracy is drawn at eps 0 of every panel (an attack at eps 0 is the clean input).
+    Attacks run at a single eps get no panel, unless no attack was run at several.
+    """
+    if metric not in ACCURACY_METRICS:
+        raise UserError(f"metric must be one of {', '.join(ACCURACY_METRICS)}, got {metric!r}")
+    df = _tidy(data)
+    df = df[(df["metric"] == metric) & (df["benchmark"] == "adversarial")] if "adversarial" in set(df["benchmark"]) \
+        else df[df["metric"] == metric]
+    df = df[~df["dataset"].isin(OOD_DATASETS)]
+    if dataset is not None:
+        df = df[df["dataset"] == dataset]
+    if protocol is not None:
+        df = df[df["protocol"] == protocol]
+    if models:
+        df = df[df["label"].isin(models)]
+    att = df[df["attack"] != "clean"]
+    if attacks:
+        att = att[att["attack"].isin(attacks)]
+    if att.empty:
+        return None
+    panels = sorted({(a, d, p) for a, d, p in zip(att["attack"], att["dataset"], att["protocol"])})
+    multi = [k for k in panels if att[(att["attack"] == k[0]) & (att["dataset"] == k[1]) &
+                                      (att["protocol"] == k[2])]["eps_key"].nunique() > 1]
+    panels = multi or panels
+    many_ds = len({k[1] for k in panels}) > 1
+    many_proto = len({k[2] for k in panels}) > 1
+    order = list(models) if models else sorted(df["label"].unique())
+    colors = {m: f"C{i % 10}" for i, m in enumerate(order)}
+    ncol = min(3, len(panels))
+    nrow = int(np.ceil(len(panels) / ncol))
+    fig = _figure(4.2 * ncol, 3.3 * nrow)
+    axes = fig.subplots(nrow, ncol, squeeze=False).ravel()
+    for ax, (attack, ds, proto) in zip(axes, panels):
+        sub = att[(att["attack"] == attack) & (att["dataset"] == ds) & (att["protocol"] == proto)]
+        clean = df[(df["attack"] == "clean") & (df["dataset"] == ds) & (df["protocol"] == proto)]
+        linf = all("/" in eps_text(e, attack) or e == 0 for e in sub["eps_key"])
+        scale = 255.0 if linf else 1.0
+        for m in order:
+            s = sub[sub["label"] == m].sort_values("eps_key")
+            if s.empty:
+                continue
+            c = clean[clean["label"] == m]
+            x = list(s["eps_key"] * scale)
+            y, lo, hi = list(s["value"]), list(s["ci_low"]), list(s["ci_high"])
+            if len(c):
+                x, y = [0.0] + x, [float(c["value"].iloc[0])] + y
+                lo, hi = [float(c["ci_low"].iloc[0])] + lo, [float(c["ci_high"].iloc[0])] + hi
+            ax.plot(x, y, marker="o", ms=3.5, color=colors[m], label=m)
+            lo_a, hi_a = np.asarray(lo, float), np.asarray(hi, float)
+            if np.isfinite(lo_a).all() and np.isfinite(hi_a).all():
+                ax.fill_between(x, lo_a, hi_a, color=colors[m], alpha=0.15, linewidth=0)
+        title = attack.upper() if len(attack) <= 5 else attack
+        extra = [ds] if many_ds else []
+        extra += [proto] if many_proto else []
+        ax.set_title(title + (f" ({', '.join(extra)})" if extra else ""))
+        ax.set_xlabel("eps (x/255)" if linf else "eps")
+        ax.set_ylabel(f"{'top-1' if metric == 'top1' else 'top-5'} accuracy (%)")
+        ax.set_ylim(-2, 102)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    for ax in axes[len(panels):]:
+        ax.set_visible(False)
+    fig.suptitle("Accuracy against perturbation size (shaded: 95% Wilson interval)", fontsize=10)
+    return fig
+
+
+def plot_corruption_errors(data: Any, models: Optional[Sequence[str]] = None, dataset: Optional[str] = None):
+    """Per-corruption CE bars (``ce_<corruption>`` rows), one bar per model; ``None`` without such rows."""
+    df = _tidy(data)
+    df = df[df["metric"].astype(str).str.startswith("ce_")]
+    if dataset is not None:
+        df = df[df["dataset"] == dataset]
+    if models:
+        df = df[df["label"].isin(models)]
+    if df.empty:
+        return None
+    df = df.assign(corruption=df["metric"].str[3:])
+    groups = sorted({(d, p) for d, p in zip(df["dataset"], df["protocol"])})
+    order = list(models) if models else sorted(df["label"].unique())
+    fig = _figure(max(6.0, 0.55 * df["corruption"].nunique() * max(1, len(order)) / 1.5), 3.4 * len(groups))
+    axes = fig.subplots(len(groups), 1, squeeze=False).ravel()
+    for ax, (ds, proto) in zip(axes, groups):
+        sub = df[(df["dataset"] == ds) & (df["protocol"] == proto)]
+        corr = list(dict.fromkeys(sub["corruption"]))
+        width = 0.8 / max(1, len(order))
+        x = np.arange(len(corr))
+        for i, m in enumerate(order):
+            s = sub[sub["label"] == m].set_index("corruption").reindex(corr)
+            ax.bar(x + (i - (len(order) - 1) / 2) * width, s["value"].to_numpy(float), width, label=m,
+                   color=f"C{i % 10}")
+        ax.set_xticks(x)
+        ax.set_xticklabels(corr, rotation=45, ha="right", fontsize=8)
+        ax.set_ylabel("CE (%)")
+        ax.set_title(f"Corruption error per corruption ({ds}, {proto})")
+        ax.grid(axis="y", alpha=0.3)
+        ax.legend(fontsize=8)
+    return fig
+
+
+def plot_rank_collapse(data: Any, path: Union[str, Path] = "rank_collapse.png") -> Optional[Path]:
+    """Rank-collapse curves (PNG), drawn by ``robustbench_pid.analysis.plot_rank_collapse`` when that
+    module exists and the results hold ``token_cosine`` rows; ``None`` otherwise."""
+    out, _ = _rank_collapse(data, path)
+    return out
+
+
+def _rank_collapse(data: Any, path: Union[str, Path]) -> Tuple[Optional[Path], str]:
+    try:
+        from .analysis import plot_rank_collapse as external  # written by the rank-collapse work
+    except ImportError:
+        return None, "the rank-collapse analysis (robustbench_pid.analysis) is not in this version"
+    res = as_inputs(data).results
+    rows = res[res["metric"].astype(str) == "token_cosine"]
+    if rows.empty:
+        return None, "no token_cosine rows in these results (evaluate --benchmark rank-collapse)"
+    try:
+        return Path(external(rows, path)), ""
+    except Exception as exc:  # noqa: BLE001  (another module's failure must not sink the other plots)
+        return None, f"the rank-collapse plot failed: {exc}"
+
+
+PLOTS: Dict[str, Callable[[Any], Any]] = {
+    "eps_curves_top1": lambda d: plot_eps_curves(d, "top1"),
+    "eps_curves_top5": lambda d: plot_eps_curves(d, "top5"),
+    "corruption_errors": plot_corruption_errors,
+}
+SKIP_REASONS = {"eps_curves_top1": "no attack rows", "eps_curves_top5": "no attack rows",
+                "corruption_errors": "no per-corruption CE rows (evaluate --benchmark corruptions)"}
+
+
+def figures(data: Any) -> Tuple[Dict[str, Any], List[str]]:
+    """Every matplotlib figure the results allow, by name, and a note for each one skipped."""
+    inp = as_inputs(data)
+    out: Dict[str, Any] = {}
+    notes: List[str] = []
+    for name, fn in PLOTS.items():
+        fig = fn(inp)
+        if fig is None:
+            notes.append(f"{name}: skipped ({SKIP_REASONS[name]})")
+        else:
+            out[name] = fig
+    return out, notes
+
+
+def save_figure(fig: Any, out_dir: Union[str, Path], name: str, formats: Sequence[str] = FORMATS) -> List[Path]:
+    d = Path(out_dir)
+    d.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for fmt in formats:
+        p = d / f"{name}.{fmt}"
+        fig.savefig(p, format=fmt, **({"metadata": {"Date": None}} if fmt == "svg" else {}))
+        paths.append(p)
+    return paths
+
+
+def figure_bytes(fig: Any, fmt: str = "svg") -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format=fmt, **({"metadata": {"Date": None}} if fmt == "svg" else {}))
+    return buf.getvalue()
+
+
+def write_plots(data: Any, out_dir: Union[str, Path], formats: Sequence[str] = FORMATS) -> Tuple[List[Path], List[str]]:
+    """Writes every available plot as PNG and SVG; returns the files and the skip notes."""
+    inp = as_inputs(data)
+    figs, notes = figures(inp)
+    paths: List[Path] = []
+    for name, fig in figs.items():
+        paths += save_figure(fig, out_dir, name, formats)
+    rc, why = _rank_collapse(inp, Path(out_dir) / "rank_collapse.png")
+    if rc is None:
+        notes.append(f"rank_collapse: skipped ({why})")
+    else:
+        paths.append(rc)
+        if "svg" in formats:
+            notes.append("rank_collapse: PNG only (drawn by robustbench_pid.analysis)")
+    return paths, notes

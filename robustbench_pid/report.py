@@ -1,0 +1,185 @@
+"""One static, self-contained HTML report: tables, plots, provenance, gradient-masking diagnostics.
+
+Everything is inlined (SVG figures as markup, PNG as base64 data URIs, CSS in a <style> block, no
+scripts, no fonts or links to fetch), so the file can be attached to an issue, mailed or archived
+and viewed offline. Written with the standard library's ``html.escape`` rather than a template
+engine: the page is small and fixed, and this keeps the report free of extra dependencies.
+"""
+from __future__ import annotations
+
+import base64
+import html
+import json
+import tempfile
+import time
+from dataclasses import asdict, is_dataclass
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+
+import pandas as pd
+
+from . import __version__
+from .tables import (Inputs, Table, as_inputs, compare_models, eps_text, fmt_p, paper_tables, render_html,
+                     wide_table)
+
+CSS = """
+body{font-family:system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif;margin:2em auto;max-width:1200px;
+     padding:0 1em;color:#1a1a1a;line-height:1.4}
+h1{font-size:1.6em;margin-bottom:.2em} h2{border-bottom:1px solid #ddd;padding-bottom:.2em;margin-top:2em}
+h3{font-size:1.05em;margin-bottom:.3em}
+table{border-collapse:collapse;margin:.5em 0 1em;font-size:.85em}
+th,td{border:1px solid #ccc;padding:.25em .55em;text-align:right;white-space:nowrap}
+th{background:#f3f3f3} td:first-child,td:nth-child(2),th:first-child,th:nth-child(2){text-align:left}
+ul.notes{font-size:.85em;color:#444} .muted{color:#666;font-size:.9em}
+figure{margin:1em 0} figure svg,figure img{max-width:100%;height:auto}
+details pre{background:#f7f7f7;padding:.6em;overflow:auto;font-size:.8em;max-height:30em}
+.finding{margin:.3em 0} .sev-warning{color:#9a5b00} .sev-error,.sev-high{color:#b00020} .sev-info{color:#225}
+"""
+
+
+def _esc(x: Any) -> str:
+    return html.escape(str(x))
+
+
+def _svg_inline(fig: Any) -> str:
+    from .plots import figure_bytes
+
+    svg = figure_bytes(fig, "svg").decode("utf-8")
+    start = svg.find("<svg")
+    return svg[start:] if start >= 0 else svg
+
+
+def _png_data_uri(path: Path) -> str:
+    return "data:image/png;base64," + base64.b64encode(Path(path).read_bytes()).decode("ascii")
+
+
+def _finding_html(f: Any) -> str:
+    """A diagnostics finding of any reasonable shape: dataclass, dict, object with attributes, or text."""
+    if is_dataclass(f) and not isinstance(f, type):
+        f = asdict(f)
+    if isinstance(f, dict):
+        d = f
+    elif hasattr(f, "__dict__") and not isinstance(f, str):
+        d = {k: v for k, v in vars(f).items() if not k.startswith("_")}
+    else:
+        return f"<li class='finding'>{_esc(f)}</li>"
+    sev = str(d.get("severity", d.get("level", "warning")))
+    msg = d.get("message", d.get("text", d.get("description", "")))
+    kind = d.get("kind", d.get("check", d.get("name", "")))
+    rest = {k: v for k, v in d.items() if k not in ("severity", "level", "message", "text", "description", "kind",
+                                                  "check", "name")}
+    extra = f" <span class='muted'>{_esc(json.dumps(rest, default=str))}</span>" if rest else ""
+    head = f"<b>{_esc(kind)}</b>: " if kind else ""
+    return f"<li class='finding sev-{_esc(sev.lower())}'>[{_esc(sev)}] {head}{_esc(msg)}{extra}</li>"
+
+
+def diagnostics_section(inp: Inputs) -> Tuple[str, List[Any]]:
+    """HTML for the gradient-masking diagnostics, and the raw findings."""
+    try:
+        from .diagnostics import diagnose  # written by the attack-suite work
+    except ImportError:
+        return ("<p class='muted'>Gradient-masking diagnostics are not available in this version "
+                "(robustbench_pid.diagnostics is not installed).</p>", [])
+    if inp.records is None:
+        return "<p class='muted'>Diagnostics need per-sample records: pass run folders, not tidy tables.</p>", []
+    try:
+        findings = list(diagnose(inp.records) or [])
+    except Exception as exc:  # noqa: BLE001  (a failing check must not hide the rest of the report)
+        return f"<p class='sev-error'>The diagnostics failed: {_esc(exc)}</p>", []
+    if not findings:
+        return "<p>No gradient-masking signs found by the checks that ran.</p>", []
+    return "<ul>" + "".join(_finding_html(f) for f in findings) + "</ul>", findings
+
+
+def provenance_section(runs: Sequence[Dict[str, Any]]) -> str:
+    if not runs:
+        return "<p class='muted'>No run.json available (tidy tables carry no provenance).</p>"
+    cols = ["run", "model", "arch", "checkpoint sha256", "dataset", "n", "protocol", "benchmark", "attacks", "seed",
+            "device", "versions", "git", "finished", "wall s"]
+    rows = []
+    for r in runs:
+        attacks = ", ".join(sorted({f"{a.get('attack')}@{eps_text(a['eps'], a.get('attack', ''))}" if 'eps' in a
+                                    else str(a.get('attack')) for a in r.get("attacks", [])})) or "-"
+        v = r.get("versions", {}) or {}
+        rows.append([r.get("run_id", ""), r.get("model", ""), r.get("arch", ""),
+                     str(r.get("checkpoint_sha256") or "-")[:16], f"{r.get('dataset', '')}/{r.get('split', '')}",
+                     r.get("n_samples", ""), r.get("protocol", ""), r.get("benchmark", ""), attacks, r.get("seed", ""),
+                     r.get("device_name") or r.get("device", ""),
+                     " ".join(f"{k} {v[k]}" for k in ("robustbench_pid", "torch", "timm") if k in v),
+                     str(r.get("git_commit") or "-")[:10], r.get("finished", ""), r.get("wall_seconds", "")])
+    head = "".join(f"<th>{_esc(c)}</th>" for c in cols)
+    body = "".join("<tr>" + "".join(f"<td>{_esc(x)}</td>" for x in row) + "</tr>" for row in rows)
+    details = "".join(
+        f"<details><summary>run.json of {_esc(r.get('run_id', ''))}</summary><pre>"
+        f"{_esc(json.dumps({k: v for k, v in r.items() if k != 'path'}, indent=2, default=str))}</pre></details>"
+        for r in runs)
+    return f"<div style='overflow-x:auto'><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>{details}"
+
+
+def comparisons_table(inp: Inputs, n_boot: int = 1000) -> Optional[Table]:
+    c = compare_models(inp, n_boot=n_boot)
+    if c.empty:
+        return None
+    c = c.sort_values(["dataset", "protocol", "attack", "eps", "metric", "model_a", "model_b"], kind="stable")
+    frame = pd.DataFrame({
+        "dataset": c["dataset"], "protocol": c["protocol"], "attack": c["attack"],
+        "eps": [eps_text(e, a) for e, a in zip(c["eps"], c["attack"])], "metric": c["metric"],
+        "A": c["model_a"], "B": c["model_b"], "A value": [f"{v:.2f}" for v in c["value_a"]],
+        "B value": [f"{v:.2f}" for v in c["value_b"]], "Δ B−A": [f"{d:+.2f}" for d in c["delta"]],
+        "test": [t or "-" for t in c["test"]], "n": [str(n) if n else "-" for n in c["n_paired"]],
+        "p": [fmt_p(p) for p in c["pvalue"]],
+    })
+    notes = sorted({n for n in c["note"] if n})
+    return Table(frame.reset_index(drop=True), "Every condition both models share",
+                 ["Δ: B minus A in points; p: two-sided paired test on the same samples; * p < 0.05"] + notes)
+
+
+def build_report(data: Any, title: str = "Robustness report", n_boot: int = 1000) -> str:
+    """The report as one HTML string."""
+    from .plots import _rank_collapse, figures
+
+    inp = as_inputs(data)
+    sections: List[str] = []
+    try:
+        paper = paper_tables(inp, n_boot=n_boot)
+    except Exception as exc:  # noqa: BLE001  (e.g. nothing in paper shape: show the rest)
+        paper, paper_err = [], str(exc)
+    else:
+        paper_err = ""
+    sections.append("<h2>Paper-style table (PIDformer Table 1 shape)</h2>" +
+                    (render_html(paper) if paper else f"<p class='muted'>{_esc(paper_err)}</p>"))
+    comp = comparisons_table(inp, n_boot=n_boot)
+    if comp is not None:
+        sections.append("<h2>Model comparisons</h2>" + render_html([comp]))
+    sections.append("<h2>All results</h2>" + render_html([wide_table(inp)]))
+    figs, notes = figures(inp)
+    plot_html = []
+    for name, fig in figs.items():
+        plot_html.append(f"<figure id='plot-{_esc(name)}'>{_svg_inline(fig)}<figcaption>{_esc(name)}</figcaption></figure>")
+    with tempfile.TemporaryDirectory() as tmp:
+        rc, why = _rank_collapse(inp, Path(tmp) / "rank_collapse.png")
+        if rc is not None:
+            plot_html.append(f"<figure id='plot-rank_collapse'><img alt='rank collapse' src='{_png_data_uri(rc)}'>"
+                             f"<figcaption>rank_collapse</figcaption></figure>")
+        else:
+            notes.append(f"rank_collapse: skipped ({why})")
+    sections.append("<h2>Plots</h2>" + "".join(plot_html) +
+                    ("<ul class='notes'>" + "".join(f"<li>{_esc(n)}</li>" for n in notes) + "</ul>" if notes else ""))
+    diag, _ = diagnostics_section(inp)
+    sections.append("<h2>Gradient-masking diagnostics</h2>" + diag)
+    sections.append("<h2>Provenance</h2>" + provenance_section(inp.runs))
+    stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    head = (f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>{_esc(title)}</title>"
+            f"<meta name='viewport' content='width=device-width, initial-scale=1'><style>{CSS}</style></head><body>")
+    intro = (f"<h1>{_esc(title)}</h1><p class='muted'>robustbench_pid {_esc(__version__)} · generated {stamp} · "
+             f"{len(inp.runs)} run(s) · models: {_esc(', '.join(sorted(inp.results['model'].astype(str).unique())))}</p>")
+    return head + intro + "".join(sections) + "</body></html>\n"
+
+
+def write_report(data: Any, out: Union[str, Path], title: str = "Robustness report", n_boot: int = 1000) -> Path:
+    p = Path(out)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    tmp = p.with_name(f".{p.name}.tmp")
+    tmp.write_text(build_report(data, title=title, n_boot=n_boot), encoding="utf-8")
+    tmp.replace(p)
+    return p
