@@ -1,19 +1,56 @@
-"""Adapting a foreign state dict to our model: prefixes, timm's own filter functions, fit checks."""
+"""Adapting a foreign state dict to our model: prefixes, timm's own filter functions, fit checks.
+
+Position-embedding resampling, patch-embedding resizing and layer-scale renaming are timm's
+``checkpoint_filter_fn`` of the model's module (or of ``vision_transformer`` for any ViT); we do not
+re-implement them. Every change made to the state dict is returned in words for the provenance.
+"""
 from __future__ import annotations
 
 import sys
-from typing import Dict, List
+from typing import Dict, List, Tuple
 
 import torch
 
+PREFIXES = ("module.", "_orig_mod.")  # DataParallel/DDP, torch.compile
 
-def adapt_state_dict(sd: Dict[str, torch.Tensor], net: torch.nn.Module) -> Dict[str, torch.Tensor]:
-    sd = {k[len("module."):] if k.startswith("module.") else k: v for k, v in sd.items()}
+
+def _strip(sd: Dict[str, torch.Tensor], prefix: str) -> Dict[str, torch.Tensor]:
+    return {k[len(prefix):] if k.startswith(prefix) else k: v for k, v in sd.items()}
+
+
+def adapt_state_dict(sd: Dict[str, torch.Tensor], net: torch.nn.Module) -> Tuple[Dict[str, torch.Tensor], List[str]]:
+    """Return the state dict ready for ``net`` and the list of adaptations made."""
+    notes: List[str] = []
+    for prefix in PREFIXES:
+        if any(k.startswith(prefix) for k in sd):
+            sd = _strip(sd, prefix)
+            notes.append(f"stripped {prefix!r} prefix")
     own = net.state_dict()
     # Checkpoints saved from our Normalized wrapper carry a "net." prefix and the mean/std buffers.
     if not any(k in own for k in sd) and any(k.startswith("net.") for k in sd):
         sd = {k[len("net."):]: v for k, v in sd.items() if k.startswith("net.")}
-    # timm's own filter (position-embedding resampling, layer-scale naming, ...) for the model's module.
+        notes.append("took the 'net.' submodule (a saved Normalized wrapper)")
+    filt = _filter_fn(net)
+    if filt is not None:
+        before = {k: tuple(v.shape) for k, v in sd.items()}
+        try:
+            filtered = filt(dict(sd), net)
+        except Exception as exc:  # noqa: BLE001 - a filter that cannot handle this layout: check_fit reports
+            notes.append(f"timm filter {filt.__module__}.{getattr(filt, '__name__', 'filter')} not applied "
+                         f"({type(exc).__name__}: {exc})")
+        else:
+            for k, v in filtered.items():
+                if k in before and before[k] != tuple(v.shape):
+                    notes.append(f"{k} resized by timm's filter: {before[k]} -> {tuple(v.shape)}")
+            renamed = sorted(set(filtered) - set(before))
+            if renamed:
+                notes.append(f"timm's filter renamed/added {len(renamed)} keys (e.g. {renamed[0]})")
+            sd = filtered
+    return sd, notes
+
+
+def _filter_fn(net: torch.nn.Module):
+    """timm's checkpoint filter for this model: its module's, else ViT's for any VisionTransformer."""
     mod = sys.modules.get(type(net).__module__)
     filt = getattr(mod, "checkpoint_filter_fn", None)
     if filt is None:
@@ -21,32 +58,50 @@ def adapt_state_dict(sd: Dict[str, torch.Tensor], net: torch.nn.Module) -> Dict[
 
         if isinstance(net, vt.VisionTransformer):
             filt = vt.checkpoint_filter_fn
-    if filt is not None:
-        try:
-            sd = filt(sd, net)
-        except Exception:  # noqa: BLE001 - a filter that cannot handle this layout: fall back, check_fit reports
-            pass
-    return sd
+    return filt
 
 
 def check_fit(net: torch.nn.Module, sd: Dict[str, torch.Tensor]) -> List[str]:
-    """Every key that does not fit, in words (missing, unexpected, wrong shape, class count)."""
+    """Every key that does not fit, in words (class count, missing, unexpected, wrong shape)."""
     own = net.state_dict()
     problems: List[str] = []
     missing = [k for k in own if k not in sd]
     unexpected = [k for k in sd if k not in own]
     wrong = [k for k in sd if k in own and own[k].shape != sd[k].shape]
-    head = getattr(net, "default_cfg", {}).get("classifier", "head")
-    if f"{head}.weight" in wrong:
+    cfg = getattr(net, "pretrained_cfg", None) or getattr(net, "default_cfg", None) or {}
+    head = cfg.get("classifier", "head") if isinstance(cfg, dict) else "head"
+    if isinstance(head, (tuple, list)):
+        head = head[0]
+    hw = f"{head}.weight"
+    if hw in wrong and sd[hw].ndim >= 1 and own[hw].ndim >= 1 and sd[hw].shape[1:] == own[hw].shape[1:]:
         problems.append(
-            f"class-count mismatch: checkpoint head has {sd[f'{head}.weight'].shape[0]} classes, "
-            f"model has {own[f'{head}.weight'].shape[0]}"
+            f"class-count mismatch: the checkpoint's classifier ({hw}) has {sd[hw].shape[0]} classes but the "
+            f"model has {own[hw].shape[0]}; evaluate it on a dataset with {sd[hw].shape[0]} classes, or pass "
+            f"--non-strict to load everything except the classifier"
         )
+    hint = _layout_hint(own, sd)
+    if hint:
+        problems.append(hint)
     if missing:
-        problems.append("missing keys: " + ", ".join(missing))
+        problems.append(f"missing keys ({len(missing)}): " + ", ".join(missing))
     if unexpected:
-        problems.append("unexpected keys: " + ", ".join(unexpected))
+        problems.append(f"unexpected keys ({len(unexpected)}): " + ", ".join(unexpected))
     if wrong:
-        problems.append("wrong shapes: " + ", ".join(
+        problems.append(f"wrong shapes ({len(wrong)}): " + ", ".join(
             f"{k} (checkpoint {tuple(sd[k].shape)} vs model {tuple(own[k].shape)})" for k in wrong))
     return problems
+
+
+def _layout_hint(own: Dict[str, torch.Tensor], sd: Dict[str, torch.Tensor]) -> str:
+    """Say in words when a checkpoint's attention layout is the other kind (qkv 2*dim vs 3*dim)."""
+    k = "blocks.0.attn.qkv.weight"
+    if k not in own or k not in sd or own[k].shape == sd[k].shape or sd[k].ndim != 2:
+        return ""
+    rows, dim = sd[k].shape
+    if rows == 2 * dim and own[k].shape[0] == 3 * dim:
+        return ("the checkpoint has symmetric attention (qkv of 2*dim rows: k then v, as SymViT/RPC-SymViT "
+                "checkpoints); load it with --model symvit or rpc_symvit")
+    if rows == 3 * dim and own[k].shape[0] == 2 * dim:
+        return ("the checkpoint has standard q/k/v attention (qkv of 3*dim rows, as DeiT/timm ViTs); load it "
+                "with --model deit or pid_deit, not a symmetric-attention model")
+    return ""

@@ -1,11 +1,13 @@
-"""Local files: ``.safetensors`` (never runs code) and ``.pth``/``.pt``/``.bin`` (torch pickles).
+"""Local files: ``.safetensors`` (never runs code) and ``.pth``/``.pt``/``.bin``/``.ckpt`` (torch pickles).
 
-Pickles are read with ``torch.load(weights_only=True)``: only tensors and plain containers.
-Training checkpoints that pickle other objects (DeiT/RPC ``args`` namespaces) need the explicit
-``allow_pickle`` opt-in (``--allow-pickle``), because an arbitrary pickle can run any code on load.
+Pickles are read with ``torch.load(weights_only=True)``: only tensors and plain containers are
+rebuilt, nothing is imported or called. Training checkpoints that pickle other objects (the DeiT and
+RPC-attention training scripts save their ``args`` namespace) need the explicit ``allow_pickle``
+opt-in (``--allow-pickle``), because a full unpickle can run any code hidden in the file.
 """
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import torch
@@ -16,15 +18,21 @@ from . import Loaded, loaders, sha256_file, tensors_only, unwrap
 SUFFIXES = (".safetensors", ".pth", ".pt", ".bin", ".ckpt")
 
 
+def _unsupported_global(msg: str) -> str:
+    m = re.search(r"Unsupported global: GLOBAL ([\w.]+)", msg)
+    return m.group(1) if m else ""
+
+
 @loaders.register("file")
 def load_file(name: str, *, allow_pickle: bool = False) -> Loaded:
     path = Path(name).expanduser()
     if not path.is_file():
-        raise CheckpointError(f"checkpoint file not found: {path} (give a local .pth/.pt/.bin/.safetensors file "
-                              f"or embedded:NAME)")
+        raise CheckpointError(f"checkpoint file not found: {path} (give a local .pth/.pt/.bin/.safetensors file, "
+                              f"embedded:NAME or timm:NAME)")
     if path.suffix not in SUFFIXES:
         raise CheckpointError(f"{path}: unsupported checkpoint format {path.suffix!r}; expected one of {', '.join(SUFFIXES)}")
     digest = sha256_file(path)
+    notes = []
     if path.suffix == ".safetensors":
         from safetensors.torch import load_file as st_load
 
@@ -36,14 +44,20 @@ def load_file(name: str, *, allow_pickle: bool = False) -> Loaded:
         try:
             raw = torch.load(path, map_location="cpu", weights_only=not allow_pickle)
         except Exception as exc:  # noqa: BLE001
-            msg = str(exc).split("\n")[0]
-            if not allow_pickle and ("weights_only" in str(exc) or "Unsupported global" in str(exc)):
+            text = str(exc)
+            first = text.split("\n")[0]
+            if not allow_pickle and ("weights_only" in text or "Unsupported global" in text):
+                what = _unsupported_global(text)
+                what = f"it pickles `{what}`" if what else "it pickles non-tensor objects"
                 raise CheckpointError(
-                    f"{path}: refused to unpickle non-tensor objects ({msg}). Training checkpoints "
-                    f"(DeiT/RPC) pickle an `args` namespace, and a pickle can run arbitrary code on load. "
-                    f"If you trust this file, pass --allow-pickle (Python: allow_pickle=True); otherwise "
-                    f"re-save its state dict as .safetensors."
+                    f"{path}: refused to load: {what}, and unpickling such objects can run arbitrary code "
+                    f"hidden in the file, so only tensors and plain containers are read by default. DeiT and "
+                    f"RPC-attention training checkpoints pickle an `args` namespace and need this. If you "
+                    f"trust the file, pass --allow-pickle (Python: allow_pickle=True); safer, re-save its state "
+                    f"dict once as .safetensors and load that."
                 ) from None
-            raise CheckpointError(f"{path}: cannot read checkpoint ({msg})") from None
-    sd = tensors_only(unwrap(raw, str(path)), str(path))
-    return Loaded(sd, str(path), digest, "file")
+            raise CheckpointError(f"{path}: cannot read checkpoint ({first})") from None
+        if allow_pickle:
+            notes.append("read with full unpickling (--allow-pickle)")
+    sd, wrapper = unwrap(raw, str(path))
+    return Loaded(tensors_only(sd, str(path)), str(path), digest, "file", wrapper, tuple(notes))
