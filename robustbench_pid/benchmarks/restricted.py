@@ -1,0 +1,69 @@
+"""``restricted``: top-1/top-5 with the logits restricted to a dataset's 200 classes (ImageNet-A, -R).
+
+Protocol (Hendrycks et al.): the 1000-class model's logits are indexed by the dataset's 200 class
+indices (``robustbench_pid.imagenet_info.subset_indices``: timm's ``imagenet_{a,r}_indices.txt``),
+the prediction is the argmax over those 200 (mapped back to its 1000-class index), top-5 likewise.
+Labels are 1000-class indices (``sorted_wnids.index(folder)``). Images: the model's resize/crop
+transform. Published reference (PIDformer Table 1, softmax DeiT-tiny): IN-A 6.90, IN-R 32.83 top-1.
+
+Records: ``pred`` (1000-class index of the masked argmax), ``correct_top1/5``, ``skipped_unreadable``.
+Tidy rows: ``top1``/``top5`` (percent, Wilson 95% intervals) and ``skipped_unreadable``.
+"""
+from __future__ import annotations
+
+from typing import Any, List
+
+import pandas as pd
+import torch
+
+from ..results import accuracy_rows
+from . import Benchmark, Unit, benchmarks
+
+
+def masked_topk(logits: torch.Tensor, indices: torch.Tensor, k: int) -> torch.Tensor:
+    """Top-k over the masked classes, as 1000-class indices (B x k)."""
+    sub = logits.index_select(1, indices)
+    return indices[sub.topk(min(k, sub.shape[1]), dim=1).indices]
+
+
+def dataset_mask(ctx: Any, benchmark: str) -> torch.Tensor:
+    idx = getattr(ctx.dataset, "logit_indices", None)
+    if not idx:
+        from ..errors import UserError
+
+        raise UserError(f"benchmark {benchmark!r} needs a dataset with a class mask (imagenet-a, imagenet-r, "
+                        f"imagenet-o); {ctx.spec.dataset!r} has none")
+    return torch.tensor(idx, dtype=torch.long, device=ctx.device)
+
+
+@benchmarks.register("restricted")
+class Restricted(Benchmark):
+    name = "restricted"
+
+    def plan(self, ctx: Any) -> List[Unit]:
+        from ..runner import chunks
+
+        dataset_mask(ctx, self.name)
+        return [Unit(self.name, "clean", 0.0, '{"mask": "dataset 200 classes"}', "", a, b)
+                for a, b in chunks(len(ctx.indices), ctx.spec.chunk_size)]
+
+    def run_unit(self, ctx: Any, unit: Unit) -> pd.DataFrame:
+        model = ctx.eval_model or ctx.model
+        idx = dataset_mask(ctx, self.name)
+        rows = []
+        for x, y, sids in ctx.batches(unit):
+            with torch.inference_mode():
+                logits = model(x).float()
+            top5 = masked_topk(logits, idx, 5)
+            rows.append(pd.DataFrame({
+                "sample_id": sids, "label": y.cpu().numpy(), "pred": top5[:, 0].cpu().numpy(),
+                "correct_top1": (top5[:, 0] == y).cpu().numpy(),
+                "correct_top5": (top5 == y[:, None]).any(1).cpu().numpy(),
+                "skipped_unreadable": int(getattr(ctx.dataset, "n_unreadable", 0))}))
+            ctx.advance(len(y))
+        return pd.concat(rows, ignore_index=True)
+
+    def summarize(self, records: pd.DataFrame) -> pd.DataFrame:
+        from .imagenet_c import skipped_rows
+
+        return pd.concat([accuracy_rows(records, ("attack", "eps")), skipped_rows(records)], ignore_index=True)
