@@ -107,16 +107,20 @@ def plot_eps_curves(data: Any, metric: str = "top1", attacks: Optional[Sequence[
 
 
 def plot_corruption_errors(data: Any, models: Optional[Sequence[str]] = None, dataset: Optional[str] = None):
-    """Per-corruption CE bars (``ce_<corruption>`` rows), one bar per model; ``None`` without such rows."""
+    """Per-corruption CE bars (``ce_<corruption>`` rows), one bar per model; without a CE baseline
+    (non-ImageNet data and no baseline model) the per-corruption top-1 error (``err_``) instead;
+    ``None`` without corruption rows."""
     df = _tidy(data)
-    df = df[df["metric"].astype(str).str.startswith("ce_")]
+    metric = df["metric"].astype(str)
+    prefix = "ce_" if metric.str.startswith("ce_").any() else "err_"
+    df = df[metric.str.startswith(prefix)]
     if dataset is not None:
         df = df[df["dataset"] == dataset]
     if models:
         df = df[df["label"].isin(models)]
     if df.empty:
         return None
-    df = df.assign(corruption=df["metric"].str[3:])
+    df = df.assign(corruption=df["metric"].str[len(prefix):])
     groups = sorted({(d, p) for d, p in zip(df["dataset"], df["protocol"])})
     order = list(models) if models else sorted(df["label"].unique())
     fig = _figure(max(6.0, 0.55 * df["corruption"].nunique() * max(1, len(order)) / 1.5), 3.4 * len(groups))
@@ -132,8 +136,8 @@ def plot_corruption_errors(data: Any, models: Optional[Sequence[str]] = None, da
                    color=f"C{i % 10}")
         ax.set_xticks(x)
         ax.set_xticklabels(corr, rotation=45, ha="right", fontsize=8)
-        ax.set_ylabel("CE (%)")
-        ax.set_title(f"Corruption error per corruption ({ds}, {proto})")
+        ax.set_ylabel("CE (%)" if prefix == "ce_" else "top-1 error (%), mean over severities")
+        ax.set_title(f"{'Corruption error (CE)' if prefix == 'ce_' else 'Top-1 error'} per corruption ({ds}, {proto})")
         ax.grid(axis="y", alpha=0.3)
         ax.legend(fontsize=8)
     return fig
@@ -167,7 +171,7 @@ PLOTS: Dict[str, Callable[[Any], Any]] = {
     "corruption_errors": plot_corruption_errors,
 }
 SKIP_REASONS = {"eps_curves_top1": "no attack rows", "eps_curves_top5": "no attack rows",
-                "corruption_errors": "no per-corruption CE rows (evaluate --benchmark corruptions)"}
+                "corruption_errors": "no per-corruption rows (evaluate --benchmark corruptions)"}
 
 
 def figures(data: Any) -> Tuple[Dict[str, Any], List[str]]:

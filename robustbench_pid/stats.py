@@ -22,7 +22,8 @@ from .errors import UserError
 from .metrics import Z95, wilson_interval
 
 __all__ = ["wilson_interval", "Z95", "McNemarResult", "mcnemar_exact", "mcnemar_from_counts",
-           "BootstrapResult", "paired_bootstrap", "bootstrap_interval", "newcombe_difference_interval"]
+           "BootstrapResult", "paired_bootstrap", "bootstrap_interval", "newcombe_difference_interval",
+           "average_precision"]
 
 ALPHA = 0.05
 
@@ -170,6 +171,25 @@ def newcombe_difference_interval(p_new: float, lo_new: float, hi_new: float,
     low = d - float(np.sqrt((p_new - lo_new) ** 2 + (hi_old - p_old) ** 2))
     high = d + float(np.sqrt((hi_new - p_new) ** 2 + (p_old - lo_old) ** 2))
     return low, high
+
+
+def average_precision(score: np.ndarray, positive: np.ndarray) -> float:
+    """Average precision in percent, the same definition as scikit-learn's ``average_precision_score``
+    (sum over distinct thresholds of recall increase x precision). A NumPy version because the
+    bootstrap calls it thousands of times and sklearn's input validation dominates at that rate."""
+    s = np.asarray(score, dtype=float)
+    y = np.asarray(positive, dtype=bool)
+    n_pos = int(y.sum())
+    if n_pos == 0:
+        return float("nan")
+    order = np.argsort(-s, kind="mergesort")
+    s, y = s[order], y[order]
+    last = np.r_[np.flatnonzero(np.diff(s) != 0), len(s) - 1]  # last index of each distinct score
+    tp = np.cumsum(y)[last]
+    fp = (last + 1) - tp
+    precision = tp / (tp + fp)
+    recall = tp / n_pos
+    return 100.0 * float(np.sum(np.diff(np.r_[0.0, recall]) * precision))
 
 
 def check_alpha(alpha: float) -> float:

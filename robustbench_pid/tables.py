@@ -33,7 +33,7 @@ import numpy as np
 import pandas as pd
 
 from .errors import UserError
-from .stats import bootstrap_interval, mcnemar_exact, paired_bootstrap
+from .stats import average_precision, bootstrap_interval, mcnemar_exact, paired_bootstrap
 
 LAYOUTS = ("paper", "long", "wide")
 FORMATS = ("markdown", "latex", "csv")
@@ -42,7 +42,10 @@ PAPER_ATTACKS: List[Tuple[str, str]] = [("clean", "Clean"), ("fgsm", "FGSM"), ("
                                         ("sld", "SLD"), ("noise", "Noise")]
 PAPER_EPS: Dict[str, float] = {"fgsm": 3 / 255, "pgd": 3 / 255, "spsa": 0.1, "sld": 10.0, "noise": 0.3}
 OOD_DATASETS = ("imagenet-a", "imagenet-r", "imagenet-c", "imagenet-o")
-METRIC_LABELS = {"top1": "Top-1 Acc (%)", "top5": "Top-5 Acc (%)", "mce": "mCE (↓)", "aupr": "AUPR"}
+METRIC_LABELS = {"top1": "Top-1 Acc (%)", "top5": "Top-5 Acc (%)", "mce": "mCE (↓)", "mean_err": "Mean error (↓)",
+                 "aupr": "AUPR"}
+CORRUPTION_METRICS = ("mce", "mean_err")  # mean_err: unnormalized, when no CE baseline exists (non-ImageNet)
+AGGREGATE_METRICS = CORRUPTION_METRICS + ("aupr",)
 ACCURACY_METRICS = ("top1", "top5")
 OOD_LABEL_COLUMNS = ("is_ood", "ood", "out_of_distribution", "positive")
 CORRUPTION_CONDITION = re.compile(r"^(?P<corruption>[a-z_]+)/(?P<severity>[1-9])$")
@@ -175,8 +178,8 @@ def with_labels(results: pd.DataFrame) -> pd.DataFrame:
     df["eps_key"] = df["eps"].round(EPS_DECIMALS)
     sha = df["checkpoint_sha256"].astype("string").fillna("")
     df["label"] = df["model"].astype(str)
-    n_sha = sha.groupby(df["model"]).transform("nunique")
-    multi = n_sha > 1
+    n_sha = sha.where(sha != "").groupby(df["model"]).transform("nunique")
+    multi = (n_sha > 1) & (sha != "")  # one name, several checkpoints: tell them apart
     df.loc[multi, "label"] = df.loc[multi, "model"].astype(str) + "@" + sha[multi].str[:8]
     return df
 
@@ -233,10 +236,11 @@ def fmt_p(p: Optional[float], alpha: float = 0.05) -> str:
 def _records_for(records: pd.DataFrame, row: Mapping[str, Any]) -> pd.DataFrame:
     """The per-sample records behind one tidy row (its run, dataset, protocol, attack, eps)."""
     m = records["run_id"] == row["run_id"]
-    for col in ("model", "dataset", "protocol", "benchmark", "attack"):
+    aggregate = row.get("metric") in AGGREGATE_METRICS  # computed over many conditions/attack labels of a run
+    for col in ("model", "dataset", "protocol", "benchmark") + (() if aggregate else ("attack",)):
         if col in records.columns and col in row and row[col] != "":
             m &= records[col] == row[col]
-    if "eps" in records.columns:
+    if "eps" in records.columns and not aggregate:
         m &= records["eps"].astype(float).round(EPS_DECIMALS) == row["eps_key"]
     return records[m]
 
@@ -247,11 +251,26 @@ def _paired(ra: pd.DataFrame, rb: pd.DataFrame, cols: Sequence[str]) -> pd.DataF
     return a.merge(b, on="sample_id", suffixes=("_a", "_b"))
 
 
-def corruption_errors(recs: pd.DataFrame) -> Optional[Tuple[pd.Index, List[str], np.ndarray]]:
-    """(sample ids, 'corruption/severity' conditions, 0/1 top-1 error matrix) or None."""
+def _corruptions_15() -> List[str]:
+    try:
+        from .imagenet_info import CORRUPTIONS_15
+    except ImportError:
+        return []
+    return list(CORRUPTIONS_15)
+
+
+def corruption_error_matrix(recs: pd.DataFrame) -> Optional[Tuple[pd.Index, List[str], np.ndarray]]:
+    """(sample ids, 'corruption/severity' conditions, 0/1 top-1 error matrix) or None.
+
+    Only the 15 corruptions that enter mCE when any of them is present (the 4 held-out ones are not
+    part of mCE or of the mean error)."""
     if "condition" not in recs.columns or "correct_top1" not in recs.columns:
         return None
     r = recs[recs["condition"].astype(str).str.match(CORRUPTION_CONDITION)]
+    c15 = set(_corruptions_15())
+    names = r["condition"].astype(str).str.rsplit("/", n=1).str[0]
+    if c15 and names.isin(c15).any():
+        r = r[names.isin(c15)]
     if r.empty:
         return None
     mat = r.pivot_table(index="sample_id", columns="condition", values="correct_top1", aggfunc="first")
@@ -259,11 +278,11 @@ def corruption_errors(recs: pd.DataFrame) -> Optional[Tuple[pd.Index, List[str],
     return mat.index, list(mat.columns), 1.0 - mat.to_numpy(dtype=float)
 
 
-def mce_statistic(conditions: Sequence[str], dataset: str):
+def mce_statistic(conditions: Sequence[str], dataset: str, metric: str = "mce"):
     """A function of the (samples x conditions) error matrix giving mCE (AlexNet-normalized on
     ImageNet when the metric is available, else the unnormalized mean corruption error x 100), and its name."""
     corr = [CORRUPTION_CONDITION.match(c).group("corruption") for c in conditions]
-    if dataset.startswith("imagenet"):
+    if metric == "mce" and dataset.startswith("imagenet"):
         try:
             from .metrics import mean_corruption_error  # provided by the ImageNet-C work
         except ImportError:
@@ -293,9 +312,7 @@ def ood_arrays(recs: pd.DataFrame) -> Optional[Tuple[pd.DataFrame, str]]:
 
 
 def _aupr(score: np.ndarray, label: np.ndarray) -> float:
-    from sklearn.metrics import average_precision_score
-
-    return 100.0 * float(average_precision_score(label.astype(bool), score))
+    return average_precision(score, label)
 
 
 @dataclass
@@ -316,7 +333,7 @@ def compare_rows(ra: Mapping[str, Any], rb: Mapping[str, Any], records: Optional
         return Comparison(delta, None, "", note="no per-sample records (pass run folders, not tidy tables)")
     rec_a, rec_b = _records_for(records, ra), _records_for(records, rb)
     if rec_a.empty or rec_b.empty:
-        return Comparison(delta, None, "", note=f"no per-sample records for {metric} rows")
+        return Comparison(delta, None, "", note="no per-sample records in the inputs")
     if metric in ACCURACY_METRICS:
         col = f"correct_{metric}"
         if col not in rec_a.columns:
@@ -326,8 +343,8 @@ def compare_rows(ra: Mapping[str, Any], rb: Mapping[str, Any], records: Optional
             return Comparison(delta, None, "", note="the two runs share no samples")
         res = mcnemar_exact(pr[f"{col}_a"].astype(bool), pr[f"{col}_b"].astype(bool))
         return Comparison(delta, res.pvalue, "McNemar exact", len(pr))
-    if metric == "mce":
-        ea, eb = corruption_errors(rec_a), corruption_errors(rec_b)
+    if metric in CORRUPTION_METRICS:
+        ea, eb = corruption_error_matrix(rec_a), corruption_error_matrix(rec_b)
         if ea is None or eb is None:
             return Comparison(delta, None, "", note="mCE: no per-sample corruption records (condition "
                                                     "'corruption/severity', correct_top1)")
@@ -337,7 +354,7 @@ def compare_rows(ra: Mapping[str, Any], rb: Mapping[str, Any], records: Optional
             return Comparison(delta, None, "", note="mCE: the two runs share no samples/conditions")
         A = pd.DataFrame(ea[2], index=ea[0], columns=ea[1]).loc[ids, conds].to_numpy()
         B = pd.DataFrame(eb[2], index=eb[0], columns=eb[1]).loc[ids, conds].to_numpy()
-        stat, name = mce_statistic(conds, str(ra["dataset"]))
+        stat, name = mce_statistic(conds, str(ra["dataset"]), metric)
         res = paired_bootstrap(stat, A, B, n_boot=n_boot, seed=seed)
         return Comparison(delta, res.pvalue, f"paired bootstrap ({name})", len(ids))
     if metric == "aupr":
@@ -365,11 +382,11 @@ def interval_from_records(row: Mapping[str, Any], records: Optional[pd.DataFrame
     recs = _records_for(records, row)
     if recs.empty:
         return nan
-    if row["metric"] == "mce":
-        e = corruption_errors(recs)
+    if row["metric"] in CORRUPTION_METRICS:
+        e = corruption_error_matrix(recs)
         if e is None:
             return nan
-        stat, _ = mce_statistic(e[1], str(row["dataset"]))
+        stat, _ = mce_statistic(e[1], str(row["dataset"]), row["metric"])
         _, lo, hi = bootstrap_interval(stat, e[2], n_boot=n_boot, seed=seed)
         return lo, hi
     if row["metric"] == "aupr":
@@ -539,7 +556,7 @@ def _parse_eps_choice(eps: Union[None, float, str, Mapping[str, Any]]) -> Dict[s
 def choose_eps(attack: str, present_by_model: Mapping[str, Iterable[float]],
                chosen: Mapping[str, float]) -> Tuple[Optional[float], str]:
     """The eps an attack row shows, and why (see the module docstring)."""
-    sets = [set(v) for v in present_by_model.values() if v]
+    sets = [{round(float(e), EPS_DECIMALS) for e in v} for v in present_by_model.values() if v]
     if not sets:
         return None, ""
     common = set.intersection(*sets)
@@ -648,13 +665,13 @@ def _paper_table(df: pd.DataFrame, inp: Inputs, order: List[str], ds: str, proto
             if not sub.empty:
                 sub = sub[sub["protocol"] == proto] if (sub["protocol"] == proto).any() else sub
                 rows.append((label, "top1", {r["label"]: r for r in sub.to_dict("records")}))
-    for metric, label_in, label_out in (("mce", "ImageNet-C", f"{ds} corruptions"), ("aupr", "ImageNet-O", f"{ds} OOD")):
-        if ds == "imagenet" or only_base:
-            sub = df[(df["metric"] == metric) & (df["dataset"].isin([ds, "imagenet-c" if metric == "mce" else "imagenet-o"]))]
-        else:
-            sub = df[(df["metric"] == metric) & (df["dataset"] == ds)]
+    for metrics, label_in, label_out in ((CORRUPTION_METRICS, "ImageNet-C", f"{ds}-C"), (("aupr",), "ImageNet-O", f"{ds} OOD")):
+        dsets = [ds, "imagenet-c" if "mce" in metrics else "imagenet-o"] if (ds == "imagenet" or only_base) else [ds]
+        sub = df[df["metric"].isin(metrics) & df["dataset"].isin(dsets)]
         if sub.empty:
             continue
+        metric = next(m for m in metrics if (sub["metric"] == m).any())  # mCE when a CE baseline exists
+        sub = sub[sub["metric"] == metric]
         sub = sub[sub["protocol"] == proto] if (sub["protocol"] == proto).any() else sub
         if sub.duplicated("label").any():  # e.g. mCE of several corruption sets: keep one per model
             sub = sub.sort_values("n", kind="stable").drop_duplicates("label", keep="last")
@@ -668,7 +685,7 @@ def _paper_table(df: pd.DataFrame, inp: Inputs, order: List[str], ds: str, proto
         cols += [f"Δ {b}−{a}", f"p {b} vs {a}"]
     out: List[Dict[str, str]] = []
     tests_used: Dict[str, int] = {}
-    pair_notes: List[str] = []
+    pair_notes: List[Tuple[str, str]] = []
     prev_label = None
     for label, metric, cells in rows:
         r: Dict[str, str] = {"Attack": label if label != prev_label else "", "Metric": METRIC_LABELS.get(metric, metric)}
@@ -679,7 +696,7 @@ def _paper_table(df: pd.DataFrame, inp: Inputs, order: List[str], ds: str, proto
                 r[m] = MISSING
                 continue
             lo, hi = c.get("ci_low", np.nan), c.get("ci_high", np.nan)
-            if metric in ("mce", "aupr") and (pd.isna(lo) or pd.isna(hi)):
+            if metric in AGGREGATE_METRICS and (pd.isna(lo) or pd.isna(hi)):
                 lo, hi = interval_from_records(c, inp.records, n_boot=n_boot, seed=seed)
             r[m] = fmt_value(c["value"], lo, hi)
         for a, b in pairs:
@@ -692,15 +709,19 @@ def _paper_table(df: pd.DataFrame, inp: Inputs, order: List[str], ds: str, proto
             r[dcol], r[pcol] = fmt_delta(comp.delta), fmt_p(comp.pvalue)
             if comp.test:
                 tests_used[comp.test] = max(tests_used.get(comp.test, 0), comp.n)
-            elif comp.note and comp.note not in pair_notes:
-                pair_notes.append(comp.note)
+            elif comp.note:
+                pair_notes.append((label.split(" (")[0], comp.note))
         out.append(r)
     notes += [f"cells: value [95% interval]; accuracies use the Wilson interval"]
     if pairs:
         notes.append("Δ: later model minus earlier, in points; p: two-sided paired test on the same samples "
                      "(" + "; ".join(f"{t}, n={n}" for t, n in tests_used.items()) + "); * p < 0.05"
                      if tests_used else "Δ: later model minus earlier, in points; p: n/a (see below)")
-        notes += [f"p n/a: {n}" for n in pair_notes]
+        by_note: Dict[str, List[str]] = {}
+        for lab, note in pair_notes:
+            if lab not in by_note.setdefault(note, []):
+                by_note[note].append(lab)
+        notes += [f"p n/a for {', '.join(labs)}: {note}" for note, labs in by_note.items()]
     notes += [f"eps per attack row: {'; '.join(eps_notes)}"] if eps_notes else []
     title = f"{ds} · {proto} protocol" if proto else ds
     return Table(pd.DataFrame(out, columns=cols), title, notes)

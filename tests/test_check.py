@@ -1,0 +1,123 @@
+"""`check`: regression guard against a baseline CSV (identical passes; drops and missing rows fail)."""
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from robustbench_pid.check import check, read_baseline, update
+from robustbench_pid.cli import main
+from robustbench_pid.metrics import wilson_interval
+
+
+def _row(model, attack, eps, metric, k, n=360):
+    lo, hi = wilson_interval(k, n)
+    return dict(run_id=f"run_{model}", model=model, checkpoint_sha256="ab" * 32, dataset="digits",
+                protocol="standard", benchmark="adversarial", attack=attack, eps=eps, metric=metric,
+                value=100 * k / n, n=n, ci_low=100 * lo, ci_high=100 * hi)
+
+
+@pytest.fixture()
+def results(tmp_path):
+    df = pd.DataFrame([
+        _row("deit", "clean", 0.0, "top1", 356), _row("deit", "pgd", 4 / 255, "top1", 127),
+        _row("deit", "pgd", 4 / 255, "top5", 273), _row("pid_deit", "pgd", 4 / 255, "top1", 163),
+    ])
+    path = tmp_path / "results.csv"
+    df.to_csv(path, index=False)
+    base = tmp_path / "baseline.csv"
+    update(path, base)
+    return df, path, base
+
+
+def test_identical_results_pass(results, capsys):
+    df, path, base = results
+    res = check(path, base)
+    assert res.ok and set(res.rows["status"]) == {"ok"} and len(res.rows) == 4
+    assert main(["check", str(path), "--baseline", str(base)]) == 0
+    out = capsys.readouterr().out
+    assert "4 rows; 4 ok, 0 regressed, 0 missing" in out and out.strip().endswith("PASSED")
+
+
+def test_lowered_number_fails_with_diff(results, tmp_path, capsys):
+    df, _, base = results
+    low = df.copy()
+    i = low.index[(low["model"] == "deit") & (low["attack"] == "pgd") & (low["metric"] == "top1")][0]
+    lo, hi = wilson_interval(117, 360)  # 10 samples fewer: 35.28 -> 32.50
+    low.loc[i, ["value", "ci_low", "ci_high"]] = [100 * 117 / 360, 100 * lo, 100 * hi]
+    p = tmp_path / "low.csv"
+    low.to_csv(p, index=False)
+    res = check(p, base)
+    assert not res.ok
+    bad = res.failures.iloc[0]
+    assert (bad["status"], bad["model"], bad["attack"], bad["metric"]) == ("REGRESSED", "deit", "pgd", "top1")
+    assert bad["old"] == pytest.approx(35.2777778) and bad["new"] == pytest.approx(32.5)
+    assert bad["delta"] == pytest.approx(-2.7777778)
+    assert main(["check", str(p), "--baseline", str(base)]) == 1
+    out = capsys.readouterr().out
+    line = next(ln for ln in out.splitlines() if ln.lstrip().startswith("REGRESSED"))
+    assert line.split() == ["REGRESSED", "deit", "digits", "standard", "pgd", "4/255", "top1", "35.28", "32.50",
+                            "-2.78", "[27.87,", "37.50]", "[-9.64,", "+4.12]"]
+    assert "1 regressed" in out and out.strip().endswith("FAILED")
+    # within tolerance: passes
+    assert check(p, base, tolerance=3.0).ok
+    # CI-aware: a 2.8-point drop on 360 images is within noise (the interval of new - old contains 0)
+    sig = check(p, base, significant=True)
+    assert sig.ok and "within-noise" in set(sig.rows["status"])
+
+
+def test_significant_mode_fails_on_a_real_drop(results, tmp_path):
+    df, _, base = results
+    low = df.copy()
+    i = low.index[(low["model"] == "pid_deit")][0]
+    lo, hi = wilson_interval(100, 360)  # 45.28 -> 27.78: far outside the noise
+    low.loc[i, ["value", "ci_low", "ci_high"]] = [100 * 100 / 360, 100 * lo, 100 * hi]
+    p = tmp_path / "low.csv"
+    low.to_csv(p, index=False)
+    res = check(p, base, significant=True)
+    assert not res.ok and res.failures.iloc[0]["model"] == "pid_deit"
+    assert res.failures.iloc[0]["delta_ci_high"] < 0
+
+
+def test_missing_row_fails_new_row_does_not(results, tmp_path, capsys):
+    df, _, base = results
+    fewer = df[df["metric"] != "top5"]
+    p = tmp_path / "fewer.csv"
+    fewer.to_csv(p, index=False)
+    res = check(p, base)
+    assert not res.ok
+    miss = res.failures.iloc[0]
+    assert (miss["status"], miss["metric"]) == ("MISSING", "top5") and pd.isna(miss["new"])
+    assert main(["check", str(p), "--baseline", str(base)]) == 1
+    assert "1 missing" in capsys.readouterr().out
+    more = pd.concat([df, pd.DataFrame([_row("deit", "fgsm", 4 / 255, "top1", 200)])])
+    p2 = tmp_path / "more.csv"
+    more.to_csv(p2, index=False)
+    res2 = check(p2, base)
+    assert res2.ok and (res2.rows["status"] == "new").sum() == 1
+    # --metric restricts both sides: without top5 nothing is missing
+    assert check(p, base, metrics=["top1"]).ok
+
+
+def test_update_rewrites_deliberately(results, tmp_path, capsys):
+    df, _, base = results
+    low = df.copy()
+    low.loc[0, "value"] = 50.0
+    p = tmp_path / "low.csv"
+    low.to_csv(p, index=False)
+    assert main(["check", str(p), "--baseline", str(base)]) == 1
+    assert main(["check", str(p), "--baseline", str(base), "--update"]) == 0
+    assert "1 REGRESSED" in capsys.readouterr().out
+    assert read_baseline(base)["value"].min() == pytest.approx(35.2777778)
+    assert (read_baseline(base)["value"] == 50.0).sum() == 1
+    assert main(["check", str(p), "--baseline", str(base)]) == 0
+
+
+def test_bad_input_is_a_clear_error(results, tmp_path, capsys):
+    _, path, _ = results
+    assert main(["check", str(path), "--baseline", str(tmp_path / "nope.csv")]) == 2
+    assert "baseline not found" in capsys.readouterr().err
+    dup = pd.concat([pd.read_csv(path)] * 2)
+    p = tmp_path / "dup.csv"
+    dup.to_csv(p, index=False)
+    assert main(["check", str(p), "--baseline", str(path)]) == 2
+    assert "sharing a key" in capsys.readouterr().err

@@ -1,0 +1,212 @@
+"""Tables: the paper layout on a synthetic results set (exact text), eps choice, paired tests, layouts."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from robustbench_pid.errors import UserError
+from robustbench_pid.results import summarize
+from robustbench_pid.tables import (choose_eps, compare_models, paper_tables, render, table, tables)
+
+N = 20
+
+
+def _first(k: int) -> np.ndarray:
+    v = np.zeros(N, bool)
+    v[:k] = True
+    return v
+
+
+def synthetic_records() -> pd.DataFrame:
+    """Two models ('softmax', 'pid') on the same 20 samples; counts chosen for hand-checkable tests."""
+    rows = []
+
+    def add(model, attack, eps, top1, top5):
+        for i in range(N):
+            rows.append(dict(run_id=f"run_{model}", model=model,
+                             checkpoint_sha256=("ab" if model == "softmax" else "cd") * 32,
+                             dataset="imagenet", split="val", protocol="standard", benchmark="adversarial",
+                             attack=attack, eps=float(eps), params="{}", condition="", sample_id=f"s{i:02d}",
+                             correct_top1=bool(top1[i]), correct_top5=bool(top5[i])))
+
+    ones = np.ones(N, bool)
+    add("softmax", "clean", 0, _first(18), ones)        # pid = softmax + one sample: p = 1
+    add("pid", "clean", 0, _first(19), ones)
+    add("softmax", "fgsm", 3 / 255, _first(10), _first(18))  # 6 discordant, all for pid: p = 2/64
+    add("pid", "fgsm", 3 / 255, _first(16), _first(18))
+    add("softmax", "fgsm", 1 / 255, _first(15), ones)
+    add("pid", "fgsm", 1 / 255, _first(17), ones)
+    pid_pgd = np.zeros(N, bool)
+    pid_pgd[1:9] = True                                   # vs softmax 0..4: 1 vs 4 discordant: p = 12/32
+    add("softmax", "pgd", 4 / 255, _first(5), _first(12))
+    add("pid", "pgd", 4 / 255, pid_pgd, _first(14))       # top-5: 0 vs 2 discordant: p = 2/4
+    add("softmax", "pgd", 2 / 255, _first(9), ones)
+    add("pid", "pgd", 2 / 255, _first(12), ones)
+    return pd.DataFrame(rows)
+
+
+def synthetic_ood_rows() -> pd.DataFrame:
+    """Tidy ImageNet-A/R/C/O rows (the PIDformer Table 1 values), without per-sample records."""
+    rows = []
+    for model, a, r, mce, aupr in (("softmax", 6.90, 32.83, 71.20, 17.47), ("pid", 8.82, 34.89, 68.41, 19.22)):
+        base = dict(checkpoint_sha256=None, protocol="standard", eps=0.0, model=model)
+        rows += [
+            dict(base, run_id=f"{model}_a", dataset="imagenet-a", benchmark="restricted", attack="clean",
+                 metric="top1", value=a, n=7500, ci_low=a - 0.5, ci_high=a + 0.6),
+            dict(base, run_id=f"{model}_r", dataset="imagenet-r", benchmark="restricted", attack="clean",
+                 metric="top1", value=r, n=30000, ci_low=r - 0.5, ci_high=r + 0.5),
+            dict(base, run_id=f"{model}_c", dataset="imagenet-c", benchmark="imagenet_c", attack="corruptions",
+                 metric="mce", value=mce, n=50000, ci_low=np.nan, ci_high=np.nan),
+            dict(base, run_id=f"{model}_o", dataset="imagenet-o", benchmark="ood", attack="ood",
+                 metric="aupr", value=aupr, n=12000, ci_low=np.nan, ci_high=np.nan),
+        ]
+    return pd.DataFrame(rows)
+
+
+EXPECTED_PAPER = """\
+### imagenet · standard protocol
+
+| Attack | Metric | softmax | pid | Δ pid−softmax | p pid vs softmax |
+|---|---|---|---|---|---|
+| Clean | Top-1 Acc (%) | 90.00 [69.9, 97.2] | 95.00 [76.4, 99.1] | +5.00 | 1.000 |
+|  | Top-5 Acc (%) | 100.00 [83.9, 100.0] | 100.00 [83.9, 100.0] | +0.00 | 1.000 |
+| FGSM (3/255) | Top-1 Acc (%) | 50.00 [29.9, 70.1] | 80.00 [58.4, 91.9] | +30.00 | 0.031 * |
+|  | Top-5 Acc (%) | 90.00 [69.9, 97.2] | 90.00 [69.9, 97.2] | +0.00 | 1.000 |
+| PGD (4/255) | Top-1 Acc (%) | 25.00 [11.2, 46.9] | 40.00 [21.9, 61.3] | +15.00 | 0.375 |
+|  | Top-5 Acc (%) | 60.00 [38.7, 78.1] | 70.00 [48.1, 85.5] | +10.00 | 0.500 |
+| ImageNet-A | Top-1 Acc (%) | 6.90 [6.4, 7.5] | 8.82 [8.3, 9.4] | +1.92 | n/a |
+| ImageNet-R | Top-1 Acc (%) | 32.83 [32.3, 33.3] | 34.89 [34.4, 35.4] | +2.06 | n/a |
+| ImageNet-C | mCE (↓) | 71.20 | 68.41 | -2.79 | n/a |
+| ImageNet-O | AUPR | 17.47 | 19.22 | +1.75 | n/a |
+
+Notes:
+- cells: value [95% interval]; accuracies use the Wilson interval
+- Δ: later model minus earlier, in points; p: two-sided paired test on the same samples (McNemar exact, n=20); * p < 0.05
+- p n/a for ImageNet-A, ImageNet-R, ImageNet-C, ImageNet-O: no per-sample records in the inputs
+- eps per attack row: FGSM: eps 3/255 (the paper's eps; present: 1/255, 3/255); PGD: eps 4/255 (closest to the paper's 3/255, larger on ties; present: 2/255, 4/255)
+"""
+
+
+@pytest.fixture(scope="module")
+def synth():
+    rec = synthetic_records()
+    tidy = pd.concat([summarize(rec), synthetic_ood_rows()], ignore_index=True)
+    return tidy, rec
+
+
+def test_paper_layout_matches_expected_text_exactly(synth):
+    tidy, rec = synth
+    got = render(paper_tables(tidy, records=rec, models=["softmax", "pid"]), "markdown")
+    assert got == EXPECTED_PAPER
+
+
+def test_paper_layout_eps_override_and_errors(synth):
+    tidy, rec = synth
+    t = paper_tables(tidy, records=rec, models=["softmax", "pid"], eps="pgd=2/255,fgsm=1/255")[0]
+    f = t.frame.set_index(["Attack", "Metric"])
+    assert f.loc[("FGSM (1/255)", "Top-1 Acc (%)"), "softmax"] == "75.00 [53.1, 88.8]"
+    # pgd 2/255: softmax 0..8, pid 0..11 -> 3 discordant, all for pid: p = 2/8
+    assert f.loc[("PGD (2/255)", "Top-1 Acc (%)"), "p pid vs softmax"] == "0.250"
+    with pytest.raises(UserError, match="not in the results"):
+        paper_tables(tidy, records=rec, eps="pgd=5/255")
+    with pytest.raises(UserError, match="not in the results"):
+        paper_tables(tidy, records=rec, models=["nope"])
+
+
+def test_without_records_no_p_values_and_a_note(synth):
+    tidy, _ = synth
+    t = table(tidy, layout="paper", models=["softmax", "pid"])
+    assert set(t.frame["p pid vs softmax"]) == {"n/a"}
+    assert t.frame["Δ pid−softmax"].iloc[2] == "+30.00"
+    assert any("no per-sample records" in n for n in t.notes)
+
+
+@pytest.mark.parametrize("present,chosen,expect", [
+    ({"a": [0.1]}, {}, 0.1),                                  # the only one
+    ({"a": [2 / 255, 3 / 255, 4 / 255]}, {}, 3 / 255),        # the paper's
+    ({"a": [2 / 255, 4 / 255]}, {}, 4 / 255),                 # tie: the larger
+    ({"a": [1 / 255, 4 / 255]}, {}, 4 / 255),                 # closest
+    ({"a": [2 / 255, 4 / 255]}, {"*": 2 / 255}, 2 / 255),     # asked for
+    ({"a": [2 / 255, 4 / 255], "b": [2 / 255]}, {}, 2 / 255),  # only eps every model has
+])
+def test_choose_eps(present, chosen, expect):
+    e, _ = choose_eps("pgd", present, chosen)
+    assert e == pytest.approx(expect)
+
+
+def test_compare_models_counts_every_shared_condition(synth):
+    _, rec = synth
+    c = compare_models(rec, models=["softmax", "pid"])
+    assert len(c) == 10  # clean, fgsm x2, pgd x2 -> 5 conditions x top1/top5
+    row = c[(c["attack"] == "pgd") & (c["metric"] == "top1") & (c["eps"].round(6) == round(4 / 255, 6))].iloc[0]
+    assert row["test"] == "McNemar exact" and row["n_paired"] == N
+    assert row["pvalue"] == pytest.approx(12 / 32) and row["delta"] == pytest.approx(15.0)
+
+
+def test_mean_error_bootstrap_from_corruption_records():
+    from robustbench_pid.stats import paired_bootstrap
+
+    rng = np.random.default_rng(0)
+    rows = []
+    conds = ["gaussian_noise/1", "gaussian_noise/2", "fog/1", "fog/2"]
+    correct = {"a": rng.random((40, 4)) < 0.6, "b": rng.random((40, 4)) < 0.9}
+    for m in ("a", "b"):
+        for j, c in enumerate(conds):
+            for i in range(40):
+                rows.append(dict(run_id=f"r{m}", model=m, checkpoint_sha256=None, dataset="digits", split="test",
+                                 protocol="standard", benchmark="corruptions", attack=c.split("/")[0],
+                                 eps=float(c[-1]), condition=c, sample_id=f"s{i}",
+                                 correct_top1=bool(correct[m][i, j]), correct_top5=True))
+    rec = pd.DataFrame(rows)
+    tidy = pd.DataFrame([dict(run_id=f"r{m}", model=m, checkpoint_sha256=None, dataset="digits",
+                              protocol="standard", benchmark="corruptions", attack="corruptions", eps=0.0,
+                              metric="mean_err", value=100 * (1 - correct[m].mean()), n=40) for m in ("a", "b")])
+    t = paper_tables(tidy, records=rec)[0]
+    row = t.frame.iloc[0]
+    assert row["Attack"] == "digits-C" and row["Metric"] == "Mean error (↓)"
+    expect = paired_bootstrap(lambda e: 100 * e.mean(), 1.0 - correct["a"], 1.0 - correct["b"], n_boot=1000, seed=0)
+    assert row["Δ b−a"] == f"{expect.delta:+.2f}"
+    assert row["p b vs a"].startswith("0.001") and row["p b vs a"].endswith("*")
+    assert "[" in row["a"]  # bootstrap interval from the records
+    assert any("paired bootstrap (unnormalized mean corruption error), n=40" in n for n in t.notes)
+
+
+def test_aupr_bootstrap_from_ood_records():
+    from sklearn.metrics import average_precision_score
+
+    rng = np.random.default_rng(1)
+    ood = np.r_[np.ones(30, bool), np.zeros(90, bool)]
+    scores = {"a": rng.normal(size=120) + 0.3 * ood, "b": rng.normal(size=120) + 2.0 * ood}
+    rows = []
+    for m in ("a", "b"):
+        for i in range(120):
+            rows.append(dict(run_id=f"r{m}", model=m, checkpoint_sha256=None, dataset="imagenet-o", split="val",
+                             protocol="standard", benchmark="ood", attack="ood" if ood[i] else "in", eps=0.0,
+                             condition="", sample_id=f"s{i}", score=scores[m][i], ood=bool(ood[i]),
+                             correct_top1=True, correct_top5=True))
+    rec = pd.DataFrame(rows)
+    tidy = pd.DataFrame([dict(run_id=f"r{m}", model=m, checkpoint_sha256=None, dataset="imagenet-o",
+                              protocol="standard", benchmark="ood", attack="ood", eps=0.0, metric="aupr",
+                              value=100 * average_precision_score(ood, scores[m]), n=120) for m in ("a", "b")])
+    t = paper_tables(tidy, records=rec)[0]
+    row = t.frame[t.frame["Attack"] == "ImageNet-O"].iloc[0]
+    assert row["Metric"] == "AUPR" and row["p b vs a"].endswith("*")
+    assert any("paired bootstrap (AUPR), n=120" in n for n in t.notes)
+
+
+def test_long_wide_and_formats(synth):
+    tidy, rec = synth
+    long = tables(rec, layout="long")[0].frame
+    assert len(long) == len(summarize(rec))
+    assert list(long.columns) == ["model", "dataset", "protocol", "benchmark", "attack", "eps", "metric", "value",
+                                  "ci_low", "ci_high", "n"]
+    wide = tables(rec, layout="wide", models=["softmax", "pid"])[0].frame
+    assert list(wide.columns)[-2:] == ["softmax", "pid"] and len(wide) == 10
+    assert wide.iloc[0]["softmax"] == "90.00 [69.9, 97.2]"
+    tex = table(rec, layout="paper", format="latex")
+    assert r"\begin{tabular}" in tex and r"Top-1 Acc (\%)" in tex and r"$\Delta$" in tex
+    csv = table(rec, layout="paper", format="csv")
+    assert csv.splitlines()[0].startswith("table,Attack,Metric,pid,softmax")
+    with pytest.raises(UserError, match="layout"):
+        tables(rec, layout="fancy")
