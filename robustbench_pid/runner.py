@@ -6,7 +6,7 @@ everything that determines their records. The run folder::
     plan.json                 every unit of the run (keys, settings, sample ranges) + sample ids
     units/<key>.parquet/.json a finished unit: records, then metadata (each temp file + rename)
     units/<key>.claim         "a live process is computing this unit" (O_EXCL create)
-    shards/<i>-of-<n>.json    who ran which shard, where, when, with which plan
+    shards/<i>-of-<n>_*.json  one per process: which shard, where, when, with which plan
     records.parquet, summary.csv, run.json   written by finalize once every unit is present
 
 Why it is built this way:
@@ -320,6 +320,9 @@ def claim_timeout() -> float:
         raise UserError("ROBUSTBENCH_PID_CLAIM_TIMEOUT must be a number of seconds") from None
 
 
+_ACTIVE_TOKENS: set = set()  # claim tokens of runs alive in this process
+
+
 class Claims:
     """O_EXCL claim files with heartbeat and stale-claim takeover (see module docstring)."""
 
@@ -327,6 +330,7 @@ class Claims:
         self.dir = units_dir
         self.timeout = claim_timeout() if timeout is None else timeout
         self.token = uuid.uuid4().hex
+        _ACTIVE_TOKENS.add(self.token)
         self.me = {"host": _HOST, "pid": os.getpid(), "pid_start": _proc_start(os.getpid()), "token": self.token}
         self.held: Dict[str, Path] = {}
         self._lock = threading.Lock()
@@ -350,7 +354,7 @@ class Claims:
         if info.get("host") == _HOST:
             pid = int(info.get("pid", -1))
             if pid == os.getpid():
-                return info.get("token") != self.token  # an earlier run in this process that failed
+                return info.get("token") not in _ACTIVE_TOKENS  # left by an earlier run in this process
             if not _pid_alive(pid):
                 return True
             start = info.get("pid_start")
@@ -412,6 +416,7 @@ class Claims:
     def __exit__(self, *exc: Any) -> None:
         self._stop.set()
         self.release_all()
+        _ACTIVE_TOKENS.discard(self.token)
 
 
 def _run_lock(out: Path) -> Any:
@@ -552,7 +557,9 @@ def plan_hash(units: Sequence[Unit]) -> str:
 
 def unit_label(u: Unit) -> str:
     what = u.attack if not u.condition else f"{u.attack} {u.condition}"
-    eps = f" eps={u.eps:.4g}" if u.eps else ""
+    from .report_text import eps_label
+
+    eps = f" eps={eps_label(u.eps)}" if u.eps else ""
     return f"{u.benchmark}/{what}{eps} samples [{u.start}:{u.stop}] (unit {u.key[:12]})"
 
 
@@ -596,13 +603,13 @@ def run(spec: RunSpec) -> Path:
             for stale in ("summary.csv", "records.parquet"):
                 (out / stale).unlink(missing_ok=True)
             _write_json(out / "run.json", {**provenance, "plan_hash": phash, "status": "running"})
-    shard_file = out / "shards" / f"{shard_i}-of-{shard_n}.json"
+    shard_file = out / "shards" / f"{shard_i}-of-{shard_n}_{_HOST}_{os.getpid()}_{uuid.uuid4().hex[:6]}.json"
     me = {"shard": shard_i, "n_shards": shard_n, "plan_hash": phash, "host": _HOST, "pid": os.getpid(),
           "device": str(ctx.device), "device_name": _device_name(ctx.device), "batch_size": ctx.batch_size,
-          "precision": spec.precision, "units_assigned": len(mine), "started": _now(), "status": "running"}
+          "precision": spec.precision, "units_assigned": len(mine), "started": _now(), "t_started": time.time(), "status": "running"}
     _write_json(shard_file, me)
     computed, seconds = _work(ctx, out, mine, (shard_i, shard_n))
-    _write_json(shard_file, {**me, "status": "done", "finished": _now(), "units_computed": computed,
+    _write_json(shard_file, {**me, "status": "done", "finished": _now(), "t_finished": time.time(), "units_computed": computed,
                              "compute_seconds": round(seconds, 3), "wall_seconds": round(time.time() - t0, 3)})
     if all(unit_done(units_dir, u.key) for u in units):
         finalize_run(out, expected_plan=phash)
@@ -669,7 +676,7 @@ def _compute_unit(ctx: Context, bench: Any, u: Unit, units_dir: Path) -> None:
     write_parquet_atomic(recs, units_dir / f"{u.key}.parquet")
     _write_json(units_dir / f"{u.key}.json", {
         **_unit_dict(u), "n": len(recs), "n_samples": int(recs["sample_id"].nunique()),
-        "seconds": round(time.time() - tu, 3), "device": str(ctx.device), "host": _HOST,
+        "seconds": round(time.time() - tu, 3), "device": str(ctx.device), "host": _HOST, "pid": os.getpid(),
         "batch_size": ctx.batch_size, "finished": _now()})
 
 
@@ -706,8 +713,9 @@ def check_complete(out: Path, plan: Dict[str, Any]) -> List[Unit]:
         for j, u in missing:
             by_shard.setdefault(j % n, []).append(u)
         for i, us in sorted(by_shard.items()):
-            st = next((s for s in shard_infos if s.get("shard") == i and s.get("n_shards") == n
-                       and s.get("plan_hash") == plan["plan_hash"]), None)
+            tries = sorted((s for s in shard_infos if s.get("shard") == i and s.get("n_shards") == n
+                            and s.get("plan_hash") == plan["plan_hash"]), key=lambda s: float(s.get("t_started", 0)))
+            st = tries[-1] if tries else None
             state = ("never started" if st is None else
                      f"{st.get('status')} on {st.get('host')} (pid {st.get('pid')}, started {st.get('started')})")
             lines.append(f"  shard {i}/{n}: {len(us)} unit(s) missing; that shard {state}")
@@ -791,7 +799,7 @@ def finalize_run(out: Path, expected_plan: Optional[str] = None) -> pd.DataFrame
         starts = [s["started"] for s in shards if s.get("started")]
         if starts:
             prov["started"] = min(starts)
-        t_start = min((_parse_time(s) for s in starts), default=None)
+        t_start = min((float(s["t_started"]) for s in shards if s.get("t_started")), default=None)
         _write_json(out / "run.json", {
             **prov, "plan_hash": plan["plan_hash"], "status": "complete",
             "wall_seconds": round(time.time() - t_start, 2) if t_start else None,
@@ -816,20 +824,15 @@ def _stamp(recs: pd.DataFrame, ctx: Context, u: Unit) -> pd.DataFrame:
 
 
 def _short(u: Unit) -> str:
-    eps = f" eps={u.eps:.4g}" if u.eps else ""
+    from .report_text import eps_label
+
+    eps = f" eps={eps_label(u.eps)}" if u.eps else ""
     cond = f" {u.condition}" if u.condition else ""
     return f"{u.attack}{eps}{cond} [{u.start}:{u.stop}]"
 
 
 def _now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S%z")
-
-
-def _parse_time(s: str) -> float:
-    try:
-        return time.mktime(time.strptime(s, "%Y-%m-%dT%H:%M:%S%z"))
-    except (ValueError, TypeError):
-        return time.time()
 
 
 def _device_name(device: torch.device) -> str:

@@ -1,0 +1,157 @@
+"""Runner details: dry run (units, passes, estimate; writes nothing), per-unit RNG isolation,
+DataLoader workers, atomic temp-file hygiene and clear errors for impossible settings."""
+from __future__ import annotations
+
+import os
+import random
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from robustbench_pid.cli import main as cli_main
+from robustbench_pid.errors import UserError
+from robustbench_pid.runner import clean_stale_temps, prepare, run, write_parquet_atomic
+from robustbench_pid.specs import AttackSpec, RunSpec
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)  # 2 OpenMP threads on a loaded 2-core machine spin for seconds
+    yield
+    torch.set_num_threads(n)
+
+
+def pgd(eps: float, steps: int = 3) -> AttackSpec:
+    return AttackSpec("pgd", {"eps": eps, "steps": steps, "step_size": None, "step_size_factor": None,
+                              "random_start": True, "early_stop": True, "stop_topk": 5})
+
+
+def test_dry_run_prints_units_passes_and_estimate_and_writes_nothing(tmp_path: Path, capsys) -> None:
+    out = tmp_path / "never"
+    rc = cli_main(["evaluate", "--model", "pid_deit", "--attack", "pgd", "--eps", "2/255,3/255",
+                   "--steps", "7", "--limit", "30", "--chunk-size", "10", "--batch-size", "10", "--dry-run",
+                   "--out", str(out), "--quiet"])
+    assert rc == 0
+    text = capsys.readouterr().out
+    assert not out.exists()
+    rows = [ln.split() for ln in text.splitlines() if re.match(r"^[0-9a-f]{12}\s", ln)]
+    assert len(rows) == 9  # (clean, pgd 2/255, pgd 3/255) x 3 chunks of 10
+    by_attack = {}
+    for r in rows:  # key shard attack eps condition samples fwd f+b status est
+        by_attack.setdefault(r[2], set()).add((float(r[6]), float(r[7]), r[8]))
+    assert by_attack == {"clean": {(1, 0, "todo")}, "pgd": {(2, 7, "todo")}}
+    m = re.search(r"forward ([\d.]+) ms/img, forward\+backward ([\d.]+) ms/img", text)
+    assert m and 0 < float(m.group(1)) and 0 < float(m.group(2))
+    tot = re.search(r"total: 9 units, 9 to do: (\d+) forward and (\d+) forward\+backward", text)
+    assert tot and int(tot.group(1)) == 30 * (1 + 2 + 2) and int(tot.group(2)) == 30 * (7 + 7)
+    est = sum(float(r[9]) for r in rows)
+    assert est > 0 and "Nothing was computed or written" in text
+
+
+def test_unit_passes_by_attack() -> None:
+    import json
+
+    from robustbench_pid.attacks import make_attack
+    from robustbench_pid.benchmarks import Unit
+    from robustbench_pid.runner import unit_passes
+
+    def passes(name: str, **kw) -> tuple:
+        js = json.dumps(make_attack(name, **kw).params(), sort_keys=True)
+        return unit_passes(None, Unit("adversarial", name, 0.01, js, "", 0, 10, "k"))
+
+    assert unit_passes(None, Unit("adversarial", "clean", 0.0, "{}", "", 0, 10, "k")) == (1, 0)
+    assert passes("fgsm", eps=0.01) == (2, 1)  # clean + verdict forward, one gradient
+    assert passes("pgd", eps=0.01, steps=20) == (2, 20)
+
+
+def test_dry_run_marks_done_units(tmp_path: Path, capsys) -> None:
+    spec = RunSpec(model="deit", attacks=[pgd(2 / 255)], limit=20, chunk_size=10, batch_size=10,
+                   out=tmp_path / "run", quiet=True)
+    run(spec)
+    (tmp_path / "run" / "units" / next(iter(sorted((tmp_path / "run" / "units").glob("*.json")))).name).unlink()
+    capsys.readouterr()
+    spec.dry_run = True
+    run(spec)
+    statuses = [ln.split()[8] for ln in capsys.readouterr().out.splitlines() if re.match(r"^[0-9a-f]{12}\s", ln)]
+    assert sorted(statuses) == ["done", "done", "done", "todo"]
+
+
+def test_records_do_not_depend_on_global_rng_or_unit_order(tmp_path: Path, monkeypatch) -> None:
+    """A benchmark step that draws from (and reseeds) the global RNGs, as AutoAttack does, still
+    gives each unit the same records whatever ran before it in the process."""
+    from robustbench_pid.benchmarks import adversarial
+
+    real = adversarial.Adversarial.run_unit
+
+    def probing(self, ctx, unit):
+        df = real(self, ctx, unit)
+        draws = torch.rand(len(df)).numpy() + np.random.rand(len(df)) + np.array([random.random() for _ in range(len(df))])
+        torch.manual_seed(0)  # a library that reseeds the global RNG behind our back
+        return df.assign(probe=draws)
+
+    monkeypatch.setattr(adversarial.Adversarial, "run_unit", probing)
+    base = dict(model="deit", attacks=[pgd(2 / 255)], limit=40, chunk_size=10, batch_size=10, quiet=True)
+    torch.manual_seed(1)
+    a = pd.read_parquet(run(RunSpec(out=tmp_path / "a" / "run", **base)) / "records.parquet")
+    torch.manual_seed(2)
+    np.random.seed(2)
+    torch.rand(100)
+    run(RunSpec(out=tmp_path / "b" / "run", shard="1/2", **base))  # other units first
+    torch.rand(7)
+    b = pd.read_parquet(run(RunSpec(out=tmp_path / "b" / "run", shard="0/2", **base)) / "records.parquet")
+    pd.testing.assert_frame_equal(a, b, check_exact=True)
+    assert a["probe"].nunique() == len(a)  # the probe really drew random numbers
+    # and the run left the caller's python/numpy RNG streams where they were
+    random.seed(3)
+    np.random.seed(3)
+    expect = (random.random(), np.random.rand())
+    random.seed(3)
+    np.random.seed(3)
+    run(RunSpec(out=tmp_path / "c" / "run", **base))
+    assert (random.random(), np.random.rand()) == expect
+
+
+def test_dataloader_workers_give_identical_records(tmp_path: Path) -> None:
+    base = dict(model="deit", attacks=[pgd(2 / 255)], limit=30, chunk_size=10, batch_size=8, quiet=True)
+    a = pd.read_parquet(run(RunSpec(out=tmp_path / "a" / "run", **base)) / "records.parquet")
+    b = pd.read_parquet(run(RunSpec(out=tmp_path / "b" / "run", num_workers=2, **base)) / "records.parquet")
+    pd.testing.assert_frame_equal(a, b, check_exact=True)
+
+
+@pytest.mark.parametrize("kw,needle", [
+    (dict(batch_size=0), "needs a GPU"),
+    (dict(precision="bf16"), "needs a CUDA device"),
+    (dict(precision="fp8"), "unknown precision"),
+    (dict(num_workers=-1), "--workers"),
+    (dict(shard="3/2"), "--shard"),
+    (dict(device="cuda:0"), "CUDA is not available"),
+])
+def test_impossible_settings_fail_clearly(kw, needle, tmp_path: Path) -> None:
+    if "cuda" in str(kw.get("device", "")) and torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    with pytest.raises(UserError, match=re.escape(needle)):
+        prepare(RunSpec(model="deit", out=tmp_path / "x", **kw))
+    assert not (tmp_path / "x").exists()
+
+
+def test_atomic_writes_and_stale_temp_cleanup(tmp_path: Path) -> None:
+    df = pd.DataFrame({"a": [1, 2, 3]})
+    write_parquet_atomic(df, tmp_path / "x.parquet")
+    assert [p.name for p in tmp_path.iterdir()] == ["x.parquet"]
+    pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / "x.parquet"), df)
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    host = os.uname().nodename
+    (tmp_path / f".y.parquet.{host}.{dead.pid}.aaaa.tmp").write_bytes(b"partial")  # writer is dead
+    (tmp_path / f".z.parquet.{host}.{os.getpid()}.bbbb.tmp").write_bytes(b"partial")  # writer alive (us)
+    (tmp_path / f".w.parquet.otherhost.{dead.pid}.cccc.tmp").write_bytes(b"partial")  # can't tell: keep
+    assert clean_stale_temps(tmp_path) == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        ["x.parquet", f".z.parquet.{host}.{os.getpid()}.bbbb.tmp", f".w.parquet.otherhost.{dead.pid}.cccc.tmp"])

@@ -1,0 +1,147 @@
+"""Sharded runs (torchrun ranks, --shard i/n, Slurm arrays) give per-sample records identical to
+one process; merge checks exactly-once coverage and names missing shards."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+
+from robustbench_pid.cli import main as cli_main
+from robustbench_pid.errors import UserError
+from robustbench_pid.runner import IncompleteRun, merge, run, shard_of
+from robustbench_pid.specs import AttackSpec, RunSpec
+
+TORCHRUN = Path(sys.executable).parent / "torchrun"
+ARGS = ["--model", "pid_deit", "--attack", "pgd", "--eps", "2/255,4/255", "--steps", "5", "--limit", "60",
+        "--chunk-size", "10", "--batch-size", "16", "--quiet"]
+
+
+def spec(out: Path, **kw) -> RunSpec:
+    attacks = [AttackSpec("pgd", {"eps": e / 255, "steps": 5, "step_size": None, "step_size_factor": None,
+                                  "random_start": True, "early_stop": True, "stop_topk": 5}) for e in (2, 4)]
+    return RunSpec(model="pid_deit", attacks=attacks, limit=60, chunk_size=10, batch_size=16, out=out,
+                   quiet=True, **kw)
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)  # subprocesses run with OMP_NUM_THREADS=1: same kernels, same floats
+    yield
+    torch.set_num_threads(n)
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory) -> Path:
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return run(spec(tmp_path_factory.mktemp("ref") / "run"))
+    finally:
+        torch.set_num_threads(n)
+
+
+def records(out: Path) -> pd.DataFrame:
+    return pd.read_parquet(out / "records.parquet")
+
+
+def test_torchrun_two_ranks_equal_one_process(tmp_path: Path, reference: Path) -> None:
+    assert TORCHRUN.is_file()
+    out = tmp_path / "run"
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+    env["OMP_NUM_THREADS"] = "1"
+    p = subprocess.run([str(TORCHRUN), "--nproc_per_node", "2", "--standalone", "-m", "robustbench_pid",
+                        "evaluate", *ARGS, "--out", str(out)], env=env, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    pd.testing.assert_frame_equal(records(out), records(reference), check_exact=True)
+    assert (out / "summary.csv").read_text() == (reference / "summary.csv").read_text()
+    info = json.loads((out / "run.json").read_text())
+    assert info["status"] == "complete"
+    shards = info["shards"]
+    assert sorted((s["shard"], s["n_shards"]) for s in shards) == [(0, 2), (1, 2)]
+    assert sum(s["units_computed"] for s in shards) == info["n_units"] == 18  # each unit computed once
+    assert all(s["units_assigned"] == 9 for s in shards) and len({s["pid"] for s in shards}) == 2
+
+
+def test_explicit_shards_then_merge_equal_one_process(tmp_path: Path, reference: Path, capsys) -> None:
+    out = tmp_path / "run"
+    run(spec(out, shard="0/2"))
+    assert not (out / "records.parquet").exists()  # shard 1 has not run: nothing assembled yet
+    # a missing shard makes merge fail, naming the shard and the missing units
+    with pytest.raises(IncompleteRun) as exc:
+        merge(out)
+    msg = str(exc.value)
+    assert "9 of 18 work units are missing" in msg and "shard 1/2: 9 unit(s) missing" in msg
+    assert "never started" in msg and "pgd eps=2/255 samples [10:20]" in msg
+    assert cli_main(["merge", str(out)]) == 2
+    assert "shard 1/2" in capsys.readouterr().err
+    # the last shard to finish assembles the run by itself ...
+    run(spec(out, shard="1/2"))
+    pd.testing.assert_frame_equal(records(out), records(reference), check_exact=True)
+    assert (out / "summary.csv").read_text() == (reference / "summary.csv").read_text()
+    # ... and an explicit merge gives the same tables again
+    (out / "summary.csv").unlink()
+    assert cli_main(["merge", str(out), "--quiet"]) == 0
+    assert (out / "summary.csv").read_text() == (reference / "summary.csv").read_text()
+    pd.testing.assert_frame_equal(records(out), records(reference), check_exact=True)
+
+
+def test_merge_rejects_duplicated_or_foreign_samples(tmp_path: Path, reference: Path) -> None:
+    out = tmp_path / "run"
+    shutil.copytree(reference, out)
+    plan = json.loads((out / "plan.json").read_text())
+    pgd = [u for u in plan["units"] if u["attack"] == "pgd" and u["eps"] == 2 / 255]
+    a, b = pgd[0], pgd[1]  # same configuration, samples [0:10] and [10:20]
+    df = pd.read_parquet(out / "units" / f"{a['key']}.parquet")
+    # unit b's file now holds unit a's samples (stamped as b): sample 0..9 twice, 10..19 never
+    df.assign(unit=b["key"]).to_parquet(out / "units" / f"{b['key']}.parquet", index=False)
+    with pytest.raises(UserError, match=r"(?s)exactly-once.*samples missing"):
+        merge(out)
+    # one sample duplicated inside a unit
+    df2 = pd.concat([df, df.iloc[:1]], ignore_index=True)
+    shutil.copy(reference / "units" / f"{b['key']}.parquet", out / "units" / f"{b['key']}.parquet")
+    df2.to_parquet(out / "units" / f"{a['key']}.parquet", index=False)
+    with pytest.raises(UserError, match="appear more often"):
+        merge(out)
+    shutil.copy(reference / "units" / f"{a['key']}.parquet", out / "units" / f"{a['key']}.parquet")
+    merge(out)
+    pd.testing.assert_frame_equal(records(out), records(reference), check_exact=True)
+
+
+def test_shard_of_environments(monkeypatch) -> None:
+    for k in ("RANK", "WORLD_SIZE", "SLURM_ARRAY_TASK_ID", "SLURM_ARRAY_TASK_COUNT", "SLURM_ARRAY_TASK_MIN"):
+        monkeypatch.delenv(k, raising=False)
+    s = RunSpec(model="deit")
+    assert shard_of(s) == (0, 1)
+    monkeypatch.setenv("SLURM_ARRAY_TASK_ID", "12")
+    monkeypatch.setenv("SLURM_ARRAY_TASK_MIN", "10")
+    monkeypatch.setenv("SLURM_ARRAY_TASK_COUNT", "4")
+    assert shard_of(s) == (2, 4)
+    monkeypatch.setenv("RANK", "3")
+    monkeypatch.setenv("WORLD_SIZE", "8")
+    assert shard_of(s) == (3, 8)  # torchrun wins over the array (torchrun inside an array task)
+    assert shard_of(RunSpec(model="deit", shard="1/2")) == (1, 2)  # explicit wins over both
+    monkeypatch.setenv("RANK", "8")
+    with pytest.raises(UserError, match="shard 8 of 8"):
+        shard_of(s)
+    for bad in ("2/2", "1-2", "a/b", "-1/3"):
+        with pytest.raises(UserError, match="--shard"):
+            shard_of(RunSpec(model="deit", shard=bad))
+
+
+def test_shards_partition_the_plan_exactly(tmp_path: Path, reference: Path) -> None:
+    from robustbench_pid.runner import _unit_from, shard_units
+
+    units = [_unit_from(d) for d in json.loads((reference / "plan.json").read_text())["units"]]
+    for n in (1, 2, 3, 7, 40):
+        parts = [shard_units(units, i, n) for i in range(n)]
+        keys = [u.key for p in parts for u in p]
+        assert sorted(keys) == sorted(u.key for u in units) and len(set(keys)) == len(units)
+        assert max(map(len, parts)) - min(map(len, parts)) <= 1  # balanced
