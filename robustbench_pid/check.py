@@ -23,7 +23,7 @@ from .errors import UserError
 from .stats import newcombe_difference_interval
 from .tables import EPS_DECIMALS, as_inputs, eps_text
 
-CHECK_KEY = ["model", "dataset", "protocol", "attack", "eps", "metric"]
+CHECK_KEY = ["model", "dataset", "protocol", "attack", "eps", "metric", "condition"]  # condition: e.g. layer=3
 EPS = 1e-6  # absorbs float formatting in the CSV; far below one sample (100/n points)
 BASELINE_COLUMNS = CHECK_KEY + ["value", "n", "ci_low", "ci_high", "benchmark", "checkpoint_sha256"]
 
@@ -88,9 +88,10 @@ def current_rows(data: Any, metrics: Optional[Sequence[str]] = None) -> pd.DataF
     """Tidy results reduced to one row per check key (ambiguity is an error, not a guess)."""
     inp = as_inputs(data)
     df = inp.results.copy()
-    for col in ("dataset", "protocol", "benchmark"):
+    for col in ("dataset", "protocol", "benchmark", "condition"):
         if col not in df.columns:
             df[col] = ""
+        df[col] = df[col].astype("string").fillna("").astype(str)
     for col in ("n", "ci_low", "ci_high", "checkpoint_sha256", "run_id"):
         if col not in df.columns:
             df[col] = np.nan
@@ -116,13 +117,15 @@ def read_baseline(path: Union[str, Path]) -> pd.DataFrame:
         df = pd.read_csv(p)
     except Exception as exc:  # noqa: BLE001
         raise UserError(f"{p}: not a readable CSV ({exc})") from None
+    if "condition" not in df.columns:
+        df["condition"] = ""
     missing = set(CHECK_KEY + ["value"]) - set(df.columns)
     if missing:
         raise UserError(f"{p}: not a baseline CSV (missing columns {', '.join(sorted(missing))}); "
                         f"write one with --update")
     df["eps"] = pd.to_numeric(df["eps"], errors="coerce").fillna(0.0).round(EPS_DECIMALS)
-    for col in ("dataset", "protocol"):
-        df[col] = df[col].fillna("").astype(str)
+    for col in ("dataset", "protocol", "condition"):
+        df[col] = df[col].astype("string").fillna("").astype(str)
     for col in ("n", "ci_low", "ci_high"):
         if col not in df.columns:
             df[col] = np.nan
@@ -147,8 +150,8 @@ def compare(current: pd.DataFrame, baseline: pd.DataFrame, tolerance: float = 0.
     cur = current.copy()
     base = baseline.copy()
     for df in (cur, base):
-        for col in ("dataset", "protocol"):
-            df[col] = df[col].fillna("").astype(str)
+        for col in ("dataset", "protocol", "condition"):
+            df[col] = df[col].astype("string").fillna("").astype(str)
     m = base.merge(cur, on=CHECK_KEY, how="outer", suffixes=("_old", "_new"), indicator=True)
     rows = []
     for _, r in m.iterrows():

@@ -82,7 +82,7 @@ def plot_eps_curves(data: Any, metric: str = "top1", attacks: Optional[Sequence[
             if s.empty:
                 continue
             c = clean[clean["label"] == m]
-            x = list(s["eps_key"] * scale)
+            x = list(s["eps"] * scale)
             y, lo, hi = list(s["value"]), list(s["ci_low"]), list(s["ci_high"])
             if len(c):
                 x, y = [0.0] + x, [float(c["value"].iloc[0])] + y

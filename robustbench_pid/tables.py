@@ -170,12 +170,13 @@ def _attack_norm(attack: str) -> Optional[str]:
 def with_labels(results: pd.DataFrame) -> pd.DataFrame:
     """Adds ``label`` (the model name, plus the checkpoint hash when one name has several) and ``eps_key``."""
     df = results.copy()
-    for col, default in (("dataset", ""), ("protocol", ""), ("benchmark", ""), ("n", np.nan),
+    for col, default in (("dataset", ""), ("protocol", ""), ("benchmark", ""), ("condition", ""), ("n", np.nan),
                          ("ci_low", np.nan), ("ci_high", np.nan), ("run_id", ""), ("checkpoint_sha256", None)):
         if col not in df.columns:
             df[col] = default
     df["eps"] = pd.to_numeric(df["eps"], errors="coerce").fillna(0.0).astype(float)
     df["eps_key"] = df["eps"].round(EPS_DECIMALS)
+    df["condition"] = df["condition"].astype("string").fillna("").astype(str)
     sha = df["checkpoint_sha256"].astype("string").fillna("")
     df["label"] = df["model"].astype(str)
     n_sha = sha.where(sha != "").groupby(df["model"]).transform("nunique")
@@ -184,7 +185,7 @@ def with_labels(results: pd.DataFrame) -> pd.DataFrame:
     return df
 
 
-KEY = ["label", "dataset", "protocol", "benchmark", "attack", "eps_key", "metric"]
+KEY = ["label", "dataset", "protocol", "benchmark", "attack", "eps_key", "metric", "condition"]
 
 
 def dedupe(df: pd.DataFrame) -> Tuple[pd.DataFrame, List[str]]:
@@ -406,7 +407,7 @@ def compare_models(data: Any, models: Optional[Sequence[str]] = None, records: O
     df, _ = dedupe(with_labels(inp.results))
     order = model_order(df, models)
     rows = []
-    cond = ["dataset", "protocol", "benchmark", "attack", "eps_key", "metric"]
+    cond = ["dataset", "protocol", "benchmark", "attack", "eps_key", "metric", "condition"]
     for a, b in combinations(order, 2):
         da = df[df["label"] == a].set_index(cond)
         db = df[df["label"] == b].set_index(cond)
@@ -731,7 +732,8 @@ def long_table(data: Any, records: Optional[pd.DataFrame] = None) -> Table:
     """One line per (model, dataset, protocol, benchmark, attack, eps, metric)."""
     inp = as_inputs(data, records)
     df, notes = dedupe(with_labels(inp.results))
-    df = df.sort_values(["label", "dataset", "protocol", "benchmark", "attack", "eps_key", "metric"], kind="stable")
+    df = df.sort_values(["label", "dataset", "protocol", "benchmark", "attack", "eps_key", "metric", "condition"],
+                        kind="stable")
     out = pd.DataFrame({
         "model": df["label"], "dataset": df["dataset"], "protocol": df["protocol"], "benchmark": df["benchmark"],
         "attack": df["attack"], "eps": [eps_text(e, a) for e, a in zip(df["eps"], df["attack"])],
@@ -740,6 +742,8 @@ def long_table(data: Any, records: Optional[pd.DataFrame] = None) -> Table:
         "ci_high": [fmt_value(v) if pd.notna(v) else "" for v in df["ci_high"]],
         "n": [str(int(v)) if pd.notna(v) else "" for v in df["n"]],
     })
+    if (df["condition"] != "").any():
+        out.insert(6, "condition", df["condition"].to_numpy())
     return Table(out.reset_index(drop=True), "", inp.notes + notes)
 
 
@@ -749,13 +753,15 @@ def wide_table(data: Any, models: Optional[Sequence[str]] = None, records: Optio
     df, notes = dedupe(with_labels(inp.results))
     order = model_order(df, models)
     df = df.assign(cell=[fmt_value(v, lo, hi) for v, lo, hi in zip(df["value"], df["ci_low"], df["ci_high"])])
-    keys = ["dataset", "protocol", "benchmark", "attack", "eps_key", "metric"]
+    keys = ["dataset", "protocol", "benchmark", "attack", "eps_key", "metric", "condition"]
     wide = df.pivot_table(index=keys, columns="label", values="cell", aggfunc="first").reset_index()
     wide = wide.sort_values(keys, kind="stable")
     out = pd.DataFrame({"dataset": wide["dataset"], "protocol": wide["protocol"], "benchmark": wide["benchmark"],
                         "attack": wide["attack"],
                         "eps": [eps_text(e, a) for e, a in zip(wide["eps_key"], wide["attack"])],
                         "metric": wide["metric"]})
+    if (wide["condition"] != "").any():
+        out["condition"] = wide["condition"].to_numpy()
     for m in order:
         out[m] = wide[m].fillna(MISSING) if m in wide.columns else MISSING
     return Table(out.reset_index(drop=True), "", inp.notes + notes + ["cells: value [95% interval]"])
