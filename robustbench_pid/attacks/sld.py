@@ -1,6 +1,6 @@
-"""SLD, sparse L1 descent (Tramer & Boneh 2019), written here because no library in our stack has a
-correct one (cleverhans' PyTorch port lacks the L1 projection; torchattacks has none; foolbox's is
-used as the independent reference in the tests).
+"""SLD, sparse L1 descent (Tramer & Boneh 2019), written here because no library in our stack has one
+to use at run time (torchattacks has none; cleverhans is not a dependency; foolbox's, a correct
+one with an exact projection, is the independent reference in the tests).
 
 Per step: gradient ``g`` of the cross-entropy; keep the coordinates whose ``|g|`` is at or above
 the ``q``-th percentile of that sample's ``|g|``; step ``step_size * sign(g) * mask / mask.sum()``
