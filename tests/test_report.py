@@ -1,0 +1,79 @@
+"""`report`: one self-contained HTML page, checked in a real headless browser (Debian's chromium)."""
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+
+import pytest
+
+import robustbench_pid as rbp
+from robustbench_pid.cli import main
+from robustbench_pid.report import build_report
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    d = tmp_path_factory.mktemp("runs")
+    for m in ("deit", "pid_deit"):
+        rbp.evaluate(model=m, attack="fgsm", eps=["2/255", "4/255"], limit=24, batch_size=24, out=d / m)
+    return d
+
+
+def test_report_is_self_contained_with_all_sections(runs, tmp_path):
+    out = tmp_path / "report.html"
+    assert main(["report", str(runs), "-o", str(out)]) == 0
+    page = out.read_text()
+    for heading in ("Paper-style table", "Model comparisons", "All results", "Plots", "Gradient-masking diagnostics",
+                    "Provenance"):
+        assert f"<h2>{heading}" in page
+    assert "McNemar exact, n=24" in page and "deit_smoke" not in page
+    assert page.count("<svg") >= 2  # accuracy-vs-eps plots, inline
+    assert "run.json of deit" in page and "run.json of pid_deit" in page
+    assert "efee7ca68bbb59b4" in page  # the deit checkpoint's sha256 (provenance)
+    # nothing to fetch: no scripts, stylesheets, external images or fonts
+    assert not re.search(r"<script|<link|<iframe|@import|url\((?!#)", page, re.I)  # url(#id): SVG-internal
+    assert not re.search(r"(src|href)\s*=\s*['\"]?(https?:|//)", page, re.I)
+
+
+def test_report_shows_diagnostics_or_says_why(runs):
+    page = build_report(rbp.tables.load_inputs(runs))
+    section = page.split("<h2>Gradient-masking diagnostics</h2>", 1)[1].split("<h2>", 1)[0]
+    try:
+        import robustbench_pid.diagnostics  # noqa: F401
+    except ImportError:
+        assert "not available in this version" in section
+    else:
+        assert "<li" in section or "No gradient-masking signs" in section
+
+
+BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
+
+
+def _browser():
+    for b in BROWSERS:
+        p = shutil.which(b)
+        if p:
+            return p
+    return None
+
+
+@pytest.mark.skipif(_browser() is None, reason="no headless browser installed (CI: apt-get install -y chromium)")
+def test_report_renders_in_headless_chromium_offline(runs, tmp_path):
+    out = tmp_path / "report.html"
+    rbp.write_report(rbp.tables.load_inputs(runs), out)
+    flags = [_browser(), "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+             "--disable-component-update", "--disable-sync", "--no-first-run", f"--user-data-dir={tmp_path / 'ud'}",
+             "--host-resolver-rules=MAP * ~NOTFOUND"]  # any network fetch would fail
+    dom = subprocess.run(flags + ["--dump-dom", out.as_uri()], capture_output=True, text=True, timeout=120)
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    html = dom.stdout
+    assert "Paper-style table (PIDformer Table 1 shape)" in html
+    assert "FGSM (4/255)" in html and "p pid_deit vs deit" in html
+    assert html.count("<svg") >= 2
+    shot = tmp_path / "shot.png"
+    r = subprocess.run(flags + [f"--screenshot={shot}", "--window-size=1200,1600", out.as_uri()],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    data = shot.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 20000  # a page with tables and plots, not blank
