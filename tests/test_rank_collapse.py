@@ -154,7 +154,7 @@ def test_benchmark_records_and_tidy_rows(rc_runs, digits_test) -> None:
     assert recs.groupby("layer")["sample_id"].nunique().eq(24).all()
     tidy = load_results(out)
     assert list(tidy["layer"]) == [0, 1, 2, 3, 4] and set(tidy["metric"]) == {"token_cosine"}
-    assert list(tidy["condition"]) == [f"layer={i}" for i in range(5)]
+    assert list(tidy["condition"]) == [f"layer={i:02d}" for i in range(5)]
     assert (tidy["n"] == 24).all() and (tidy["attack"] == "clean").all()
     # independent check of layer 4 for image 5: brute force on the hooked block output
     model = load_model("deit")

@@ -240,3 +240,12 @@ def test_rpc_runs_on_gpu_and_matches_cpu() -> None:
         cpu = m(x)
         gpu = m.cuda()(x.cuda()).cpu()
     assert torch.allclose(cpu, gpu, atol=1e-4)
+
+
+def test_pap_state_follows_the_input_device_and_dtype() -> None:
+    """No device is hard-coded (the authors' version allocates on "cuda"): run on the meta device and in bf16."""
+    k = torch.randn(1, 2, 5, 4, device="meta")
+    out = pap_attention(k, k.clone(), 3, 4.0)
+    assert out.device.type == "meta" and out.shape == (1, 2, 5, 4)
+    kb = torch.randn(1, 2, 5, 4, dtype=torch.bfloat16)
+    assert pap_attention(kb, kb.clone(), 2, 4.0).dtype == torch.bfloat16

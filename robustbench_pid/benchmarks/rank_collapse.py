@@ -12,7 +12,7 @@ Records: one row per (image, layer): the usual identity columns with ``attack`` 
 ``clean_correct_top1/5`` are kept so the analysis can be split by correctness.
 Tidy rows: one per layer: ``metric`` = ``token_cosine``, ``value`` = mean over images (a cosine,
 not a percentage), ``n`` images, ``ci_low``/``ci_high`` = 95% normal interval of the mean,
-``layer`` (int) and ``condition`` = ``layer=L``.
+``layer`` (int) and ``condition`` = ``layer=LL`` (zero-padded, so text sorts by depth).
 """
 from __future__ import annotations
 
@@ -110,5 +110,5 @@ def token_cosine_rows(records: pd.DataFrame) -> pd.DataFrame:
         half = 1.959963984540054 * float(v.std(ddof=1)) / math.sqrt(n) if n > 1 else float("nan")
         layer = int(base.pop("layer"))
         rows.append({**base, "attack": "clean", "eps": 0.0, "metric": "token_cosine", "value": mean, "n": n,
-                     "ci_low": mean - half, "ci_high": mean + half, "layer": layer, "condition": f"layer={layer}"})
+                     "ci_low": mean - half, "ci_high": mean + half, "layer": layer, "condition": f"layer={layer:02d}"})
     return pd.DataFrame(rows)
