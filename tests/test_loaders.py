@@ -81,6 +81,30 @@ def test_round_trip_every_format(fmt: str, tmp_path: Path) -> None:
         assert torch.equal(src(x), dst(x))
 
 
+def test_pick_a_wrapper_key_with_hash_suffix(tmp_path: Path) -> None:
+    """``file.pth#state_dict_ema`` takes the EMA weights although raw weights are present too."""
+    raw, ema = _net(1), _net(2)
+    path = _save({"state_dict": raw.state_dict(), "state_dict_ema": ema.state_dict(), "epoch": 9}, tmp_path / "t.pth")
+    dst = _net(3)
+    assert load_weights(dst, str(path))["checkpoint_format"] == "state_dict"
+    _same(raw, dst)
+    info = load_weights(dst, f"{path}#state_dict_ema")
+    _same(ema, dst)
+    assert info["checkpoint_format"] == "state_dict_ema" and info["checkpoint_sha256"] == _sha(path)
+    with pytest.raises(CheckpointError, match="no state dict under key 'ema'.*'state_dict', 'state_dict_ema'"):
+        load_weights(dst, f"{path}#ema")
+
+
+def test_lightning_style_prefix_is_stripped(tmp_path: Path) -> None:
+    src = _net(4)
+    path = _save({"state_dict": {f"model.{k}": v for k, v in src.state_dict().items()}, "epoch": 1},
+                 tmp_path / "last.ckpt")
+    dst = _net(5)
+    info = load_weights(dst, str(path))
+    _same(src, dst)
+    assert any("stripped 'model.' prefix" in a for a in info["checkpoint_adaptations"])
+
+
 def test_deit_release_style_checkpoint_loads_into_deit_tiny(tmp_path: Path) -> None:
     """The DeiT release ships {'model': state_dict} with timm ViT keys (qkv 3*dim rows)."""
     torch.manual_seed(0)

@@ -30,6 +30,15 @@ def adapt_state_dict(sd: Dict[str, torch.Tensor], net: torch.nn.Module) -> Tuple
     if not any(k in own for k in sd) and any(k.startswith("net.") for k in sd):
         sd = {k[len("net."):]: v for k, v in sd.items() if k.startswith("net.")}
         notes.append("took the 'net.' submodule (a saved Normalized wrapper)")
+    # Lightning-style wrappers ("model.blocks.0..."): one leading name on every key, none matching.
+    if not any(k in own for k in sd):
+        heads = {k.split(".", 1)[0] for k in sd}
+        if len(heads) == 1 and all("." in k for k in sd):
+            prefix = heads.pop() + "."
+            stripped = _strip(sd, prefix)
+            if any(k in own for k in stripped):
+                sd = stripped
+                notes.append(f"stripped {prefix!r} prefix (the weights of a wrapping module)")
     filt = _filter_fn(net)
     if filt is not None:
         before = {k: tuple(v.shape) for k, v in sd.items()}

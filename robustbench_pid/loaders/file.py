@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Mapping
 
 import torch
 
@@ -25,7 +26,12 @@ def _unsupported_global(msg: str) -> str:
 
 @loaders.register("file")
 def load_file(name: str, *, allow_pickle: bool = False) -> Loaded:
+    """Read ``PATH`` or ``PATH#KEY`` (KEY picks a wrapper entry, e.g. ``#state_dict_ema``, ``#model_ema``)."""
     path = Path(name).expanduser()
+    key = ""
+    if not path.is_file() and "#" in name:
+        base, key = name.rsplit("#", 1)
+        path = Path(base).expanduser()
     if not path.is_file():
         raise CheckpointError(f"checkpoint file not found: {path} (give a local .pth/.pt/.bin/.safetensors file, "
                               f"embedded:NAME or timm:NAME)")
@@ -59,5 +65,11 @@ def load_file(name: str, *, allow_pickle: bool = False) -> Loaded:
             raise CheckpointError(f"{path}: cannot read checkpoint ({first})") from None
         if allow_pickle:
             notes.append("read with full unpickling (--allow-pickle)")
+    if key:
+        if not isinstance(raw, Mapping) or key not in raw or not isinstance(raw[key], Mapping):
+            found = ", ".join(repr(k) for k, v in raw.items() if isinstance(v, Mapping)) if isinstance(raw, Mapping) else ""
+            raise CheckpointError(f"{path}: no state dict under key {key!r} (mappings in the file: {found or 'none'})")
+        raw = raw[key]
     sd, wrapper = unwrap(raw, str(path))
+    wrapper = key or wrapper
     return Loaded(tensors_only(sd, str(path)), str(path), digest, "file", wrapper, tuple(notes))
