@@ -19,12 +19,27 @@ def format_summary(summary: pd.DataFrame) -> str:
     if summary.empty:
         return "(no results)"
     df = summary.copy()
-    df["cell"] = df.apply(lambda r: f"{r['value']:6.2f} [{r['ci_low']:5.1f}, {r['ci_high']:5.1f}]"
-                          if pd.notna(r.get("ci_low")) else f"{r['value']:6.2f}", axis=1)
+    df["cell"] = df.apply(_cell, axis=1)
     df["eps"] = df["eps"].map(eps_label)
     keys = [c for c in ("model", "protocol", "benchmark", "attack", "eps") if c in df.columns]
+    if "condition" in df.columns and df["condition"].fillna("").astype(str).ne("").any():
+        df["condition"] = df["condition"].fillna("").astype(str)
+        keys.append("condition")
     wide = df.pivot_table(index=keys, columns="metric", values="cell", aggfunc="first", sort=False)
     n = df.groupby(keys, sort=False)["n"].max()
     wide["n"] = n
     wide = wide.reset_index()
     return wide.to_string(index=False)
+
+
+PERCENT_METRICS = ("top1", "top5", "mce", "relative_mce", "aupr", "auroc", "fpr95", "mean_error")
+
+
+def _cell(r: pd.Series) -> str:
+    """Percentages with one-decimal intervals; other metrics (e.g. token_cosine) with 4 digits."""
+    pct = str(r["metric"]) in PERCENT_METRICS or str(r["metric"]).startswith(("ce_", "err_"))
+    v = f"{r['value']:6.2f}" if pct else f"{r['value']:.4f}"
+    if pd.notna(r.get("ci_low")) and pd.notna(r.get("ci_high")):
+        lo, hi = (f"{r['ci_low']:5.1f}", f"{r['ci_high']:5.1f}") if pct else (f"{r['ci_low']:.4f}", f"{r['ci_high']:.4f}")
+        return f"{v} [{lo}, {hi}]"
+    return v

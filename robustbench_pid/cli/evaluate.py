@@ -16,7 +16,9 @@ SWEEP_BY_DEFAULT = ("fgsm", "pgd")
 def add_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("what")
     g.add_argument("--model", required=True, help="deit, pid_deit, timm:NAME or a registered timm name")
-    g.add_argument("--checkpoint", help="embedded:NAME or a local .pth/.pt/.bin/.safetensors file")
+    g.add_argument("--checkpoint", help="embedded:NAME, a local .pth/.pt/.bin/.safetensors file (FILE#KEY picks an "
+                                        "entry such as state_dict_ema), timm:NAME[.TAG] pretrained weights, or a "
+                                        "plugin scheme")
     g.add_argument("--allow-pickle", action="store_true",
                    help="allow full unpickling of .pth checkpoints (can run code hidden in the file: trusted files only)")
     g.add_argument("--non-strict", action="store_true", help="load a checkpoint that does not fully fit (recorded)")
@@ -40,9 +42,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     a.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
                    help="any other attack setting (repeatable), e.g. --param random_start=false")
     a.add_argument("--protocol", default="standard", choices=["standard", "paper"])
-    m = p.add_argument_group("model arguments (PID gains)")
+    m = p.add_argument_group("model arguments (recorded in results)")
     for k in ("lambda_p", "lambda_i", "lambda_d", "beta"):
-        m.add_argument(f"--{k.replace('_', '-')}", type=float, dest=k)
+        m.add_argument(f"--{k.replace('_', '-')}", type=float, dest=k, help="PID gain (PID models only)")
+    m.add_argument("--model-arg", action="append", default=[], metavar="KEY=VALUE",
+                   help="any other architecture argument (repeatable), e.g. pap_iterations=4 or "
+                        "first_derivative=none; values are parsed as JSON when possible")
+    b = p.add_argument_group("benchmark options")
+    b.add_argument("--bench-opt", action="append", default=[], metavar="KEY=VALUE",
+                   help="benchmark setting (repeatable), e.g. n_images=100 for rank-collapse or "
+                        "corruptions=[\"fog\"] for corruptions; values parsed as JSON when possible")
     r = p.add_argument_group("running")
     r.add_argument("--out", type=Path, help="run folder (default: results/<model>_<dataset>_<what>_<protocol>_<hash>)")
     r.add_argument("--batch-size", type=int, default=128)
@@ -111,15 +120,36 @@ def build_spec(args: argparse.Namespace) -> Any:
     if args.benchmark == "adversarial" and not specs and (args.eps or args.steps or args.param):
         raise UserError("--eps/--steps/--param need --attack NAME or --suite NAME")
     arch_kwargs = {k: getattr(args, k) for k in ("lambda_p", "lambda_i", "lambda_d", "beta") if getattr(args, k) is not None}
+    arch_kwargs.update(_key_values(args.model_arg, "--model-arg"))
+    bench_opts = _key_values(args.bench_opt, "--bench-opt")
     return RunSpec(
         model=args.model, checkpoint=args.checkpoint, dataset=args.dataset, split=args.split,
         data_root=args.data_root, protocol=args.protocol, attacks=specs, benchmark=args.benchmark,
+        benchmark_options={args.benchmark.replace("-", "_"): bench_opts} if bench_opts else {},
         suite=args.suite, limit=args.limit, subset=args.subset, skip_unreadable=args.skip_unreadable,
         dry_run=args.dry_run, batch_size=args.batch_size, chunk_size=args.chunk_size,
         seed=args.seed, device=args.device, precision=args.precision, compile=args.compile,
         num_workers=args.workers, out=args.out, allow_pickle=args.allow_pickle, strict=not args.non_strict,
         shard=args.shard, quiet=args.quiet, arch_kwargs=arch_kwargs,
     )
+
+
+def _key_values(items: List[str], flag: str) -> Dict[str, Any]:
+    """KEY=VALUE pairs; VALUE parsed as JSON (numbers, booleans, lists) and kept as a string otherwise."""
+    import json
+
+    from ..errors import UserError
+
+    out: Dict[str, Any] = {}
+    for kv in items:
+        if "=" not in kv:
+            raise UserError(f"{flag} {kv!r}: expected KEY=VALUE")
+        k, v = (t.strip() for t in kv.split("=", 1))
+        try:
+            out[k.replace("-", "_")] = json.loads(v)
+        except json.JSONDecodeError:
+            out[k.replace("-", "_")] = v
+    return out
 
 
 def run(args: argparse.Namespace) -> int:

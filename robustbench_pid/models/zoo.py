@@ -92,6 +92,16 @@ def build_model(arch: str, num_classes: Optional[int] = None, **kwargs: Any) -> 
     return timm.create_model(arch, pretrained=False, **kwargs)
 
 
+def robustness_settings(net: torch.nn.Module) -> Dict[str, Any]:
+    """The attention-modification settings a model carries (PID gains, PAP), for provenance."""
+    out: Dict[str, Any] = {}
+    for attr, key in (("gains", "pid"), ("rpc", "rpc")):
+        cfg = getattr(net, attr, None)
+        if cfg is not None and hasattr(cfg, "as_dict"):
+            out[key] = cfg.as_dict()
+    return out
+
+
 def load_model(
     model: str,
     checkpoint: Optional[str] = None,
@@ -114,11 +124,10 @@ def load_model(
         ckinfo = load_weights(net, res.checkpoint, allow_pickle=allow_pickle, strict=strict)
     cfg = net.pretrained_cfg
     wrapped = Normalized(net, cfg["mean"], cfg["std"])
-    gains = getattr(net, "gains", None)
     wrapped.info = {
         "model": res.alias,
         "arch": res.arch,
-        "arch_kwargs": {**kwargs, **({"pid": gains.as_dict()} if gains is not None else {})},
+        "arch_kwargs": {**kwargs, **robustness_settings(net)},
         "num_classes": info.num_classes,
         "mean": list(cfg["mean"]),
         "std": list(cfg["std"]),
