@@ -226,32 +226,24 @@ def _tmp_path(path: Path) -> Path:
     return path.with_name(f".{path.name}.{_HOST}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
 
 
-def _fsync_dir(d: Path) -> None:
-    try:
-        fd = os.open(d, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
+def atomic_write_bytes(path: Path, data: bytes, durable: bool = True) -> None:
+    """Write ``data`` to ``path`` so readers see the old file or the whole new one, never a part.
 
-
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` so readers see the old file or the whole new one, never a part."""
+    Temp file + rename is what makes a ``kill -9`` harmless; ``durable`` adds an fsync of the
+    data before the rename, so a unit also survives a machine crash (the page cache is lost).
+    Status files skip it: they are rewritten by the next run anyway.
+    """
     tmp = _tmp_path(path)
     try:
         with open(tmp, "wb") as f:
             f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
+            if durable:
+                f.flush()
+                os.fsync(f.fileno())
         os.replace(tmp, path)
     finally:
         if tmp.exists():
             tmp.unlink()
-    _fsync_dir(path.parent)
 
 
 def write_parquet_atomic(df: pd.DataFrame, path: Path) -> None:
@@ -260,8 +252,8 @@ def write_parquet_atomic(df: pd.DataFrame, path: Path) -> None:
     atomic_write_bytes(path, buf.getvalue())
 
 
-def _write_json(path: Path, obj: Dict[str, Any]) -> None:
-    atomic_write_bytes(path, (json.dumps(obj, indent=2, default=str) + "\n").encode())
+def _write_json(path: Path, obj: Dict[str, Any], durable: bool = False) -> None:
+    atomic_write_bytes(path, (json.dumps(obj, indent=2, default=str) + "\n").encode(), durable=durable)
 
 
 def _read_json(path: Path) -> Optional[Dict[str, Any]]:
@@ -674,7 +666,7 @@ def _compute_unit(ctx: Context, bench: Any, u: Unit, units_dir: Path) -> None:
         recs = bench.run_unit(ctx, u)
     recs = _stamp(recs.reset_index(drop=True), ctx, u)
     write_parquet_atomic(recs, units_dir / f"{u.key}.parquet")
-    _write_json(units_dir / f"{u.key}.json", {
+    _write_json(units_dir / f"{u.key}.json", durable=True, obj={
         **_unit_dict(u), "n": len(recs), "n_samples": int(recs["sample_id"].nunique()),
         "seconds": round(time.time() - tu, 3), "device": str(ctx.device), "host": _HOST, "pid": os.getpid(),
         "batch_size": ctx.batch_size, "finished": _now()})
