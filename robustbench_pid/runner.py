@@ -874,12 +874,24 @@ def unit_passes(ctx: Context, u: Unit) -> Tuple[float, float]:
         a_fwd, a_fb = attack.passes()
         return fwd + a_fwd, fb + a_fb
     p = attack.params()
+    known = {  # worst cases of the attacks shipped with the package (every sample survives to the end)
+        "cw": lambda: (0, p["steps"] * p["search_steps"]),
+        "spsa": lambda: (p["iterations"] * 2 * p["n_samples"], 0),  # +d and -d probe per direction
+        "square": lambda: (p["n_queries"] * max(1, p.get("restarts", 1)), 0),
+        # standard AutoAttack: APGD-CE 100 + APGD-T 9 x 100 + FAB-T 9 x 100 steps, Square 5000 queries
+        "autoattack": lambda: (5000, 100 + 900 + 900),
+    }
+    if u.attack in known:
+        try:
+            a_fwd, a_fb = known[u.attack]()
+            return fwd + a_fwd, fb + a_fb
+        except (KeyError, TypeError):
+            pass
     restarts = max(1, int(p.get("restarts", 1) or 1))
-    if not attack.uses_gradients:
-        iters = int(p.get("iterations", p.get("steps", 0)) or 0)
-        n_samples = int(p.get("n_samples", 0) or 0)
-        return fwd + restarts * iters * max(1, n_samples) if iters else fwd, fb
     steps = p.get("steps", p.get("iterations"))
+    if not attack.uses_gradients:
+        n = int(steps or 0) * max(1, int(p.get("n_samples", 1) or 1))
+        return fwd + restarts * n, fb
     return fwd, fb + restarts * (int(steps) if steps is not None else 1)
 
 
