@@ -210,6 +210,10 @@ def check(results: Any, baseline: Union[str, Path], tolerance: float = 0.0,
     for model in sorted(set(sha_old.index) & set(sha_new.index)):
         if sha_old[model] != sha_new[model]:
             notes.append(f"{model}: checkpoint changed ({str(sha_old[model])[:12]} -> {str(sha_new[model])[:12]})")
+    absent = sorted(set(base["model"].astype(str)) - set(cur["model"].astype(str)))
+    if absent:
+        notes.append(f"model(s) {', '.join(absent)} of the baseline are not in the results at all: evaluate them "
+                     f"too, or check against a baseline of the models you ran")
     rows = compare(cur, base, tolerance=tolerance, significant=significant)
     return CheckResult(rows, tolerance, significant, str(baseline), notes)
 

@@ -65,9 +65,9 @@ def _finding_html(f: Any) -> str:
         return f"<li class='finding'>{_esc(f)}</li>"
     sev = str(d.get("severity", d.get("level", "warning")))
     msg = d.get("message", d.get("text", d.get("description", "")))
-    kind = d.get("kind", d.get("check", d.get("name", "")))
+    kind = d.get("code", d.get("kind", d.get("check", d.get("name", ""))))
     rest = {k: v for k, v in d.items() if k not in ("severity", "level", "message", "text", "description", "kind",
-                                                  "check", "name")}
+                                                  "check", "name", "code") and v not in (None, "")}
     extra = f" <span class='muted'>{_esc(json.dumps(rest, default=str))}</span>" if rest else ""
     head = f"<b>{_esc(kind)}</b>: " if kind else ""
     return f"<li class='finding sev-{_esc(sev.lower())}'>[{_esc(sev)}] {head}{_esc(msg)}{extra}</li>"
