@@ -186,6 +186,11 @@ def corruption_rows(records: pd.DataFrame, baseline: Optional[str] = None) -> pd
                 ref = None
             else:
                 names = [c for c in per_sev if c in berrs and len(berrs[c]) == len(per_sev[c])]
+                zero = [c for c in names if np.mean(list(berrs[c].values())) <= 0]
+                if zero:
+                    warnings.warn(f"CE baseline {baseline!r} makes no errors on {', '.join(zero)}: CE undefined "
+                                  f"there (and so mCE); evaluate more samples")
+                    names = [c for c in names if c not in zero]
                 ref = {c: [berrs[c][s] for s in sorted(berrs[c])] for c in names}
                 ref_clean = berrs.get("clean", {}).get(0)
                 label = baseline

@@ -1,0 +1,102 @@
+"""`evaluate --benchmark corruptions` end to end on the embedded digits, and CE normalized by a
+baseline model whose results are in the same store."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import robustbench_pid as rbp
+from robustbench_pid.benchmarks.corruptions import BASELINE_ENV, corruption_rows
+from robustbench_pid.imagenet_info import CORRUPTIONS_15
+
+BIN = Path(sys.executable).parent
+LIMIT = 4
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory) -> Path:
+    """deit through the console script, pid_deit through the Python runner, into one store."""
+    from robustbench_pid.runner import run
+    from robustbench_pid.specs import RunSpec
+
+    root = tmp_path_factory.mktemp("store")
+    exe = shutil.which("evaluate", path=str(BIN)) or "evaluate"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    env.pop(BASELINE_ENV, None)
+    p = subprocess.run([exe, "--model", "deit", "--benchmark", "corruptions", "--limit", str(LIMIT), "--quiet",
+                        "--out", str(root / "deit")], capture_output=True, text=True, env=env, timeout=600)
+    assert p.returncode == 0, p.stderr
+    assert "mean_err" in p.stdout and "gaussian_noise/5" in p.stdout
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # tiny batches: a second OpenMP thread only waits on a busy machine
+    try:
+        run(RunSpec(model="pid_deit", benchmark="corruptions", limit=LIMIT, quiet=True, out=root / "pid_deit"))
+    finally:
+        torch.set_num_threads(threads)
+    return root
+
+
+def _errors(rec: pd.DataFrame):
+    errs = {c: [1 - rec[rec.condition == f"{c}/{s}"].correct_top1.mean() for s in range(1, 6)] for c in CORRUPTIONS_15}
+    return errs, 1 - rec[rec.condition == "clean"].correct_top1.mean()
+
+
+def test_records_and_unnormalized_rows(store: Path, monkeypatch):
+    monkeypatch.delenv(BASELINE_ENV, raising=False)
+    rec = rbp.load_records(store / "deit")
+    assert len(rec) == LIMIT * (1 + 15 * 5)
+    assert set(rec.condition) == {"clean"} | {f"{c}/{s}" for c in CORRUPTIONS_15 for s in range(1, 6)}
+    assert set(rec[rec.condition == "fog/2"].severity) == {2} and set(rec[rec.condition == "fog/2"].corruption) == {"fog"}
+    df = rbp.load_results(store / "deit").set_index("metric")
+    errs, _ = _errors(rec)
+    for c in CORRUPTIONS_15:
+        assert df.loc[f"err_{c}", "value"] == pytest.approx(100 * np.mean(errs[c]))
+    assert df.loc["mean_err", "value"] == pytest.approx(100 * np.mean([np.mean(v) for v in errs.values()]))
+    assert "mce" not in df.index  # digits: no AlexNet normalization, no baseline named
+    # a corruption at severity 5 hurts at least as much as clean on average (sanity of the pipeline)
+    assert df.loc["mean_err", "value"] > 100 * (1 - rec[rec.condition == "clean"].correct_top1.mean())
+
+
+def test_ce_and_mce_normalized_by_a_baseline_model_in_the_same_store(store: Path, monkeypatch):
+    monkeypatch.setenv(BASELINE_ENV, "deit")
+    df = rbp.load_results(store)
+    pid = df[df.model == "pid_deit"].set_index("metric")
+    rec = rbp.load_records(store)
+    e_pid, c_pid = _errors(rec[rec.model == "pid_deit"])
+    e_base, c_base = _errors(rec[rec.model == "deit"])
+    ces = {c: 100 * sum(e_pid[c]) / sum(e_base[c]) for c in CORRUPTIONS_15 if sum(e_base[c]) > 0}
+    assert len(ces) >= 5  # the digits models do err on the strong corruptions
+    assert {m[3:] for m in pid.index if m.startswith("ce_")} == set(ces)
+    for c, v in ces.items():
+        assert pid.loc[f"ce_{c}", "value"] == pytest.approx(v)
+        assert pid.loc[f"ce_{c}", "ce_baseline"] == "deit"
+    if len(ces) == 15:
+        assert pid.loc["mce", "value"] == pytest.approx(np.mean(list(ces.values())))
+    else:  # a corruption on which the baseline never errs leaves CE (and mCE) undefined: not reported
+        assert "mce" not in pid.index
+    # the baseline's own rows are not normalized by itself
+    assert "mce" not in set(df[df.model == "deit"].metric)
+
+
+def test_baseline_normalization_exact_on_constructed_records():
+    from test_benchmarks_imagenet import _fake_corruption_records
+
+    base = {c: [0.2] * 5 for c in CORRUPTIONS_15}
+    mine = {c: [0.1] * 5 for c in CORRUPTIONS_15}
+    recs = pd.concat([_fake_corruption_records("base", "digits", base, 0.1),
+                      _fake_corruption_records("mine", "digits", mine, 0.05)], ignore_index=True)
+    df = corruption_rows(recs, baseline="base")
+    m = df[df.model == "mine"].set_index("metric")["value"]
+    assert m["mce"] == pytest.approx(50.0) and m["ce_fog"] == pytest.approx(50.0)
+    assert m["relative_mce"] == pytest.approx(100 * (0.1 - 0.05) / (0.2 - 0.1))
+    with pytest.warns(UserWarning, match="no records"):
+        corruption_rows(recs, baseline="absent")
