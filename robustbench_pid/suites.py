@@ -7,7 +7,8 @@
     steps = 20                        # any other setting of that attack, by its field name
 
 Every key is checked: an unknown top-level key, attack name or setting, or a bad value is
-refused with the file, the key and the reason.
+refused with the file, the key and the reason. The protocol is not a suite key: the same suite
+runs in either protocol, chosen per run (``--protocol``) and recorded in every record.
 """
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ from .errors import UserError
 from .registry import UnknownNameError
 from .specs import AttackSpec
 
-TOP_KEYS = {"description", "attack", "protocol"}
+TOP_KEYS = {"description", "attack"}
 
 
 def suites_dir() -> Path:
@@ -57,11 +58,16 @@ def load_suite(name: str) -> Dict[str, Any]:
     except tomllib.TOMLDecodeError as exc:
         raise UserError(f"{path}: not valid TOML ({exc})") from None
     unknown = set(data) - TOP_KEYS
+    if "protocol" in unknown:
+        raise UserError(f"{path}: key 'protocol' is not a suite setting: choose the protocol per run with "
+                        f"--protocol standard|paper (the same suite runs in both)")
     if unknown:
         raise UserError(f"{path}: unknown top-level key(s) {', '.join(sorted(unknown))}; valid: {', '.join(sorted(TOP_KEYS))}")
+    if not isinstance(data.get("description", ""), str):
+        raise UserError(f"{path}: key 'description' must be a string")
     entries = data.get("attack", [])
-    if not isinstance(entries, list) or not entries:
-        raise UserError(f"{path}: needs at least one [[attack]] table")
+    if not isinstance(entries, list) or not entries or not all(isinstance(e, dict) for e in entries):
+        raise UserError(f"{path}: needs at least one [[attack]] table (key 'attack' must be an array of tables)")
     specs: List[AttackSpec] = []
     for i, entry in enumerate(entries):
         where = f"{path} [[attack]] #{i + 1}"
@@ -69,6 +75,8 @@ def load_suite(name: str) -> Dict[str, Any]:
         name_ = entry.pop("name", None)
         if not name_:
             raise UserError(f"{where}: missing key 'name'")
+        if not isinstance(name_, str):
+            raise UserError(f"{where}: key 'name' must be a string, got {name_!r}")
         try:
             cls = get_attack(name_)
         except UnknownNameError as exc:
@@ -77,8 +85,13 @@ def load_suite(name: str) -> Dict[str, Any]:
         if "eps" in entry:
             raw = entry.pop("eps")
             raw_list = raw if isinstance(raw, list) else [raw]
+            if not raw_list:
+                raise UserError(f"{where}: key 'eps': empty list; give at least one value")
+            bad = [e for e in raw_list if isinstance(e, bool) or not isinstance(e, (str, int, float))]
+            if bad:
+                raise UserError(f"{where}: key 'eps': {bad[0]!r} is not a number or an \"a/b\" string")
             try:
-                eps_values = [parse_eps(e) if isinstance(e, str) else float(e) for e in raw_list]
+                eps_values = [parse_eps(e) if isinstance(e, str) else parse_eps(repr(float(e))) for e in raw_list]
             except (UserError, TypeError, ValueError) as exc:
                 raise UserError(f"{where}: key 'eps': {exc}") from None
         for eps in eps_values:

@@ -86,6 +86,8 @@ class Attack:
             v = getattr(self, f.name)
             if f.name in ("steps", "iterations", "n_samples", "n_queries", "restarts") and isinstance(v, int) and v < 0:
                 raise UserError(f"{loc}attack {self.name!r}: {f.name} must be >= 0, got {v}")
+            if f.name == "stop_topk" and isinstance(v, int) and v < 1:
+                raise UserError(f"{loc}attack {self.name!r}: stop_topk must be >= 1, got {v}")
 
     def params(self) -> Dict[str, Any]:
         return {n: getattr(self, n) for n in self.param_names()}
@@ -148,7 +150,12 @@ def _coerce(attack: str, key: str, value: Any, typ: Any, loc: str) -> Any:
     t = typ if isinstance(typ, str) else getattr(typ, "__name__", str(typ))
     try:
         if t == "float":
-            return parse_eps(value) if isinstance(value, str) else float(value)
+            if isinstance(value, bool):
+                raise ValueError
+            v = parse_eps(value) if isinstance(value, str) else float(value)
+            if not math.isfinite(v):
+                raise ValueError
+            return v
         if t == "int":
             if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
                 raise ValueError
@@ -164,7 +171,14 @@ def _coerce(attack: str, key: str, value: Any, typ: Any, loc: str) -> Any:
         if t == "str":
             return str(value)
         if t.startswith("Optional[float]"):
-            return None if value in (None, "none", "None") else float(value)
+            if value in (None, "none", "None"):
+                return None
+            if isinstance(value, bool):
+                raise ValueError
+            v = parse_eps(value) if isinstance(value, str) else float(value)
+            if not math.isfinite(v):
+                raise ValueError
+            return v
     except (ValueError, TypeError, UserError):
         raise UserError(f"{loc}attack {attack!r}: setting {key!r} must be a {t}, got {value!r}") from None
     return value
