@@ -699,7 +699,7 @@ def _paper_table(df: pd.DataFrame, inp: Inputs, order: List[str], ds: str, proto
     for a, b in pairs:
         cols += [f"Δ {b}−{a}", f"p {b} vs {a}"]
     out: List[Dict[str, str]] = []
-    tests_used: Dict[str, int] = {}
+    tests_used: Dict[str, List[int]] = {}
     pair_notes: List[Tuple[str, str]] = []
     prev_label = None
     for label, metric, cells in rows:
@@ -722,15 +722,26 @@ def _paper_table(df: pd.DataFrame, inp: Inputs, order: List[str], ds: str, proto
                 continue
             comp = compare_rows(ca, cb, inp.records, n_boot=n_boot, seed=seed)
             r[dcol], r[pcol] = fmt_delta(comp.delta), fmt_p(comp.pvalue)
-            if comp.test:
-                tests_used[comp.test] = max(tests_used.get(comp.test, 0), comp.n)
+            if comp.test and comp.n not in tests_used.setdefault(comp.test, []):
+                tests_used[comp.test].append(comp.n)
             elif comp.note:
                 pair_notes.append((label.split(" (")[0], comp.note))
         out.append(r)
-    notes += [f"cells: value [95% interval]; accuracies use the Wilson interval"]
+    notes += ["cells: value [95% interval]; accuracies use the Wilson interval"]
+    ns: Dict[str, List[int]] = {}
+    for label, metric, cells in rows:
+        for c in cells.values():
+            if pd.notna(c.get("n")) and int(c["n"]) not in ns.setdefault(label.split(" (")[0], []):
+                ns[label.split(" (")[0]].append(int(c["n"]))
+    counts = pd.Series([n for v in ns.values() for n in v])
+    if counts.nunique() > 1:
+        usual = int(counts.mode().iloc[0])
+        odd = [f"{lab} ({'/'.join(map(str, sorted(v)))})" for lab, v in ns.items() if v != [usual]]
+        notes.append(f"n: {usual} samples per row, except {', '.join(odd)}")
     if pairs:
         notes.append("Δ: later model minus earlier, in points; p: two-sided paired test on the same samples "
-                     "(" + "; ".join(f"{t}, n={n}" for t, n in tests_used.items()) + "); * p < 0.05"
+                     "(" + "; ".join(f"{t}, n={'/'.join(map(str, sorted(n)))}" for t, n in tests_used.items()) +
+                     "); * p < 0.05"
                      if tests_used else "Δ: later model minus earlier, in points; p: n/a (see below)")
         by_note: Dict[str, List[str]] = {}
         for lab, note in pair_notes:

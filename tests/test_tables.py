@@ -82,6 +82,7 @@ EXPECTED_PAPER = """\
 
 Notes:
 - cells: value [95% interval]; accuracies use the Wilson interval
+- n: 20 samples per row, except ImageNet-A (7500), ImageNet-R (30000), ImageNet-C (50000), ImageNet-O (12000)
 - Δ: later model minus earlier, in points; p: two-sided paired test on the same samples (McNemar exact, n=20); * p < 0.05
 - p n/a for ImageNet-A, ImageNet-R, ImageNet-C, ImageNet-O: no per-sample records in the inputs
 - eps per attack row: FGSM: eps 3/255 (the paper's eps; present: 1/255, 3/255); PGD: eps 4/255 (closest to the paper's 3/255, larger on ties; present: 2/255, 4/255)
