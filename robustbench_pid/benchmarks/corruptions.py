@@ -11,8 +11,8 @@ Records: ``attack`` = corruption (or ``clean``), ``eps`` = severity (0 for clean
 
 Tidy rows (values in percent): ``top1``/``top5`` per condition; ``err_<corruption>`` (top-1 error
 averaged over the severities) and ``mean_err`` (over the 15 mCE corruptions), always;
-``ce_<corruption>``, ``mce``, ``relative_mce`` when a baseline exists: AlexNet for ImageNet-family
-datasets, otherwise the model named by ``ROBUSTBENCH_PID_CE_BASELINE`` (or the ``baseline``
+``ce_<corruption>``, ``mce``, ``relative_mce`` when a baseline exists: AlexNet for ``imagenet`` and ``imagenet-c``
+(ImageNet validation images), otherwise the model named by ``ROBUSTBENCH_PID_CE_BASELINE`` (or the ``baseline``
 argument of ``corruption_rows``) whose records for the same dataset, split and samples are in the
 same records / results store (AlexNet's constants only hold for ImageNet). The ``ce_baseline``
 column says which baseline a row used.
@@ -34,6 +34,8 @@ from ..results import ID_COLUMNS, accuracy_rows
 from . import Benchmark, Unit, benchmarks
 
 BASELINE_ENV = "ROBUSTBENCH_PID_CE_BASELINE"
+# AlexNet's published errors are for ImageNet validation images (ImageNet-C): only these datasets use them.
+ALEXNET_DATASETS = ("imagenet", "imagenet-c")
 IMPL_VERSION = "rbp-corruptions-1"
 
 
@@ -99,23 +101,6 @@ class Corruptions(Benchmark):
 
 # --------------------------------------------------------------------------- summaries
 
-def _family(dataset: str) -> str:
-    from ..data import dataset_info
-
-    try:
-        return dataset_info(dataset).family
-    except Exception:  # noqa: BLE001  (records of a dataset this install does not know)
-        return "unknown"
-
-
-def split_condition(condition: str) -> Tuple[str, int]:
-    """'gaussian_noise/3' -> ('gaussian_noise', 3); 'clean' -> ('', 0)."""
-    if not condition or condition == "clean":
-        return "", 0
-    name, sev = condition.rsplit("/", 1)
-    return name, int(sev)
-
-
 def _errors(g: pd.DataFrame) -> Dict[str, Dict[int, float]]:
     """corruption -> severity -> top-1 error in [0, 1]; the clean error under key 'clean'."""
     out: Dict[str, Dict[int, float]] = {}
@@ -171,7 +156,7 @@ def corruption_rows(records: pd.DataFrame, baseline: Optional[str] = None) -> pd
                                                                        for c in done15])), n, "corruptions"))
         per_sev = {c: [errs[c][s] for s in sorted(errs[c])] for c in errs if c != "clean"}
         clean_err = errs.get("clean", {}).get(0)
-        if _family(str(base.get("dataset"))) == "imagenet":
+        if str(base.get("dataset")) in ALEXNET_DATASETS:
             ref: Optional[Dict[str, Any]] = dict(ALEXNET_MEAN_ERR)
             ref_clean: Optional[float] = ALEXNET_CLEAN_ERR
             label = "alexnet"

@@ -47,7 +47,7 @@ from torch.utils.data import Dataset
 
 from ..errors import UserError
 from ..imagenet_info import (CORRUPTIONS_15, CORRUPTIONS_EXTRA, IMAGENET_C_CATEGORIES, SEVERITIES,
-                             imagenet_wnids, subset_indices, subset_wnids, wnid_to_index)
+                             subset_indices, subset_wnids, wnid_to_index)
 from . import DatasetInfo, datasets
 
 IMAGE_EXTENSIONS = (".jpeg", ".jpg", ".png")
