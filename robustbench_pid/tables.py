@@ -618,6 +618,8 @@ def paper_tables(data: Any, *, models: Optional[Sequence[str]] = None, dataset: 
         base = [dataset]
     if not base and set(df["dataset"]) & set(OOD_DATASETS):
         base = ["imagenet"]
+    if protocol is not None and protocol not in set(df["protocol"]):
+        raise UserError(f"protocol {protocol!r} not in the results; present: {', '.join(sorted(set(df['protocol'])))}")
     tables: List[Table] = []
     for ds in base:
         protos = sorted(p for p in df.loc[df["dataset"] == ds, "protocol"].unique()) or [""]
