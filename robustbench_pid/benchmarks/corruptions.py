@@ -101,6 +101,14 @@ class Corruptions(Benchmark):
 
 # --------------------------------------------------------------------------- summaries
 
+def split_condition(condition: str) -> Tuple[str, int]:
+    """'gaussian_noise/3' -> ('gaussian_noise', 3); 'clean' -> ('', 0)."""
+    if not condition or condition == "clean":
+        return "", 0
+    name, sev = condition.rsplit("/", 1)
+    return name, int(sev)
+
+
 def _errors(g: pd.DataFrame) -> Dict[str, Dict[int, float]]:
     """corruption -> severity -> top-1 error in [0, 1]; the clean error under key 'clean'."""
     out: Dict[str, Dict[int, float]] = {}
