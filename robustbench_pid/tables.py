@@ -648,6 +648,12 @@ def _paper_table(df: pd.DataFrame, inp: Inputs, order: List[str], ds: str, proto
     notes: List[str] = []
     here = _select(df, dataset=ds, protocol=proto)
     acc = here[here["metric"].isin(ACCURACY_METRICS)]
+    if (acc["benchmark"] == "adversarial").any():  # not e.g. per-corruption accuracies of `corruptions`
+        acc = acc[acc["benchmark"] == "adversarial"]
+    elif (acc["attack"] == "clean").any():
+        acc = acc[acc["attack"] == "clean"]
+    else:
+        acc = acc.iloc[0:0]
     attacks_present = list(dict.fromkeys(acc["attack"]))
     known = [a for a, _ in PAPER_ATTACKS]
     extra = sorted((a for a in attacks_present if a not in known and a != "clean"),
@@ -679,6 +685,8 @@ def _paper_table(df: pd.DataFrame, inp: Inputs, order: List[str], ds: str, proto
     if ds == "imagenet" or only_base:
         for name, label in (("imagenet-a", "ImageNet-A"), ("imagenet-r", "ImageNet-R")):
             sub = df[(df["dataset"] == name) & (df["metric"] == "top1")]
+            if (sub["attack"] == "clean").any():
+                sub = sub[sub["attack"] == "clean"]
             if not sub.empty:
                 sub = sub[sub["protocol"] == proto] if (sub["protocol"] == proto).any() else sub
                 rows.append((label, "top1", {r["label"]: r for r in sub.to_dict("records")}))
