@@ -177,10 +177,13 @@ def _versions() -> Dict[str, str]:
 
     v = {"robustbench_pid": __version__, "torch": torch.__version__, "timm": timm.__version__,
          "numpy": np.__version__, "pandas": pd.__version__, "python": platform.python_version()}
-    for mod in ("torchattacks", "pyautoattack", "sklearn"):
+    from importlib.metadata import PackageNotFoundError, version
+
+    # from the installed metadata: importing these libraries just to read a version costs seconds
+    for mod, dist in (("torchattacks", "torchattacks"), ("pyautoattack", "pyautoattack"), ("sklearn", "scikit-learn")):
         try:
-            v[mod] = __import__(mod).__version__
-        except Exception:  # noqa: BLE001
+            v[mod] = version(dist)
+        except PackageNotFoundError:
             pass
     return v
 
