@@ -145,3 +145,25 @@ def test_shards_partition_the_plan_exactly(tmp_path: Path, reference: Path) -> N
         keys = [u.key for p in parts for u in p]
         assert sorted(keys) == sorted(u.key for u in units) and len(set(keys)) == len(units)
         assert max(map(len, parts)) - min(map(len, parts)) <= 1  # balanced
+
+
+def test_exactly_once_check_on_synthetic_units() -> None:
+    from robustbench_pid.benchmarks import Unit
+    from robustbench_pid.runner import check_records
+
+    ids = [f"s{i}" for i in range(6)]
+
+    def unit(s: int, e: int, key: str) -> Unit:
+        return Unit("adversarial", "pgd", 0.1, "{}", "", s, e, key * 12)
+
+    def frame(u: Unit, rows_per_sample: int = 1) -> pd.DataFrame:
+        return pd.DataFrame({"unit": u.key, "sample_id": [s for s in ids[u.start:u.stop] for _ in range(rows_per_sample)]})
+
+    good = [unit(0, 3, "a"), unit(3, 6, "b")]
+    check_records(good, [frame(u) for u in good], ids)
+    check_records(good, [frame(u, 4) for u in good], ids)  # several rows per sample (e.g. per layer) is fine
+    bad = [unit(0, 4, "a"), unit(3, 6, "b")]  # a planner bug: sample s3 in two units
+    with pytest.raises(UserError, match=r"overlap on samples \[3:4\]"):
+        check_records(bad, [frame(u) for u in bad], ids)
+    with pytest.raises(UserError, match="repeats sample ids"):
+        check_records(good, [frame(u) for u in good], ids[:5] + ["s0"])
