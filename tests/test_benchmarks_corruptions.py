@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+import torch
 
 import robustbench_pid as rbp
 from robustbench_pid.benchmarks.corruptions import BASELINE_ENV, corruption_rows
@@ -100,3 +101,39 @@ def test_baseline_normalization_exact_on_constructed_records():
     assert m["relative_mce"] == pytest.approx(100 * (0.1 - 0.05) / (0.2 - 0.1))
     with pytest.warns(UserWarning, match="no records"):
         corruption_rows(recs, baseline="absent")
+
+
+def test_workers_give_identical_records(tmp_path):
+    """--workers N moves corruption into DataLoader workers; per-sample seeds keep records equal."""
+    import torch
+
+    from robustbench_pid.runner import run
+    from robustbench_pid.specs import RunSpec
+
+    opts = {"corruptions": {"corruptions": ["glass_blur", "shot_noise"], "severities": [2, 5]}}
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        recs = []
+        for w in (0, 2):
+            out = run(RunSpec(model="deit", benchmark="corruptions", limit=5, batch_size=2, quiet=True,
+                              num_workers=w, benchmark_options=opts, out=tmp_path / f"w{w}"))
+            recs.append(rbp.load_records(out).sort_values(["condition", "sample_id"]).reset_index(drop=True))
+    finally:
+        torch.set_num_threads(threads)
+    assert len(recs[0]) == 5 * 5 and set(recs[0].condition) == {"clean", "glass_blur/2", "glass_blur/5",
+                                                                 "shot_noise/2", "shot_noise/5"}
+    for col in ("sample_id", "label", "pred", "correct_top1", "correct_top5", "condition"):
+        assert recs[0][col].tolist() == recs[1][col].tolist(), col
+
+
+def test_worker_view_corrupts_exactly_like_the_in_process_path(digits_test):
+    from robustbench_pid.benchmarks.corruptions import _CorruptedView
+    from robustbench_pid.corruptions import corrupt_batch, sample_seed
+
+    view = _CorruptedView(digits_test, seed=0)
+    for name, sev in (("glass_blur", 5), ("fog", 1), ("impulse_noise", 3)):
+        x, y = view[(3, name, sev)]
+        seed = sample_seed(0, name, sev, digits_test.sample_ids[3])
+        ref = corrupt_batch(digits_test[3][0][None], name, sev, [seed])[0]
+        assert torch.equal(x, ref) and y == digits_test[3][1] and not torch.equal(x, digits_test[3][0])

@@ -3,8 +3,9 @@
 Protocol: the clean images plus, for every corruption and severity, each image corrupted by
 ``robustbench_pid.corruptions`` with its own seed (from ``--seed``, corruption, severity and
 sample id: reproducible, independent of batching); top-1/top-5 of the plain prediction.
-The Python option ``benchmark_options={"corruptions": {"corruptions": [...]}}`` picks other
-corruptions (e.g. the 4 held-out ones).
+The Python option ``benchmark_options={"corruptions": {"corruptions": [...], "severities": [...]}}``
+picks other corruptions (e.g. the 4 held-out ones) or severities. With ``--workers N`` the images
+are corrupted inside the DataLoader workers (the CPU-bound part), with the same records.
 
 Records: ``attack`` = corruption (or ``clean``), ``eps`` = severity (0 for clean), ``condition``
 = ``<corruption>/<severity>`` (or ``clean``), plus ``corruption`` and ``severity`` columns.
@@ -27,6 +28,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 import pandas as pd
 import torch
+from torch.utils.data import DataLoader, Dataset
 
 from ..imagenet_info import ALEXNET_CLEAN_ERR, ALEXNET_MEAN_ERR, CORRUPTIONS_15, SEVERITIES
 from ..metrics import corruption_errors, relative_mean_corruption_error
@@ -85,8 +87,9 @@ class Corruptions(Benchmark):
         model = ctx.eval_model or ctx.model
         name, sev = split_condition(unit.condition)
         rows = []
-        for x, y, sids in ctx.batches(unit):
-            if name:
+        workers = name and int(getattr(ctx.spec, "num_workers", 0) or 0) > 0
+        for x, y, sids in (_corrupted_batches(ctx, unit, name, sev) if workers else ctx.batches(unit)):
+            if name and not workers:
                 seeds = [sample_seed(ctx.spec.seed, name, sev, s) for s in sids]
                 x = corrupt_batch(x, name, sev, seeds)
             rec = predict_records(model, x, y, sids)
@@ -97,6 +100,64 @@ class Corruptions(Benchmark):
 
     def summarize(self, records: pd.DataFrame) -> pd.DataFrame:
         return corruption_rows(records)
+
+
+# --------------------------------------------------------------------------- corruption in workers
+
+class _CorruptedView(Dataset):
+    """Items keyed ``(index, corruption, severity)``: loading and corrupting happen in the
+    DataLoader workers (``--workers N``), the CPU-bound part of this benchmark. Same per-sample
+    seeds as the in-process path, so the records are identical."""
+
+    def __init__(self, base: Any, seed: int) -> None:
+        self.base, self.seed = base, seed
+
+    def __len__(self) -> int:
+        return len(self.base)
+
+    def __getitem__(self, key: Tuple[int, str, int]) -> Tuple[torch.Tensor, int]:
+        from ..corruptions import corrupt_batch, sample_seed
+
+        i, name, sev = key
+        x, y = self.base[i]
+        s = sample_seed(self.seed, name, sev, self.base.sample_ids[i])
+        return corrupt_batch(x[None].float(), name, sev, [s])[0], y
+
+
+class _Plan:
+    """A batch sampler whose batches are set before each unit (persistent workers survive units)."""
+
+    def __init__(self) -> None:
+        self.batches: List[List[Tuple[int, str, int]]] = []
+
+    def __iter__(self):
+        return iter(list(self.batches))
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+
+def _corrupted_batches(ctx: Any, unit: Unit, name: str, sev: int):
+    state = getattr(ctx, "_corruption_loader", None)
+    if state is None:
+        plan = _Plan()
+        w = int(ctx.spec.num_workers)
+        loader = DataLoader(_CorruptedView(ctx.dataset, ctx.spec.seed), batch_sampler=plan, num_workers=w,
+                            persistent_workers=True, prefetch_factor=4, pin_memory=ctx.device.type == "cuda")
+        state = (plan, loader)
+        setattr(ctx, "_corruption_loader", state)
+    plan, loader = state
+    idx = ctx.indices[unit.start:unit.stop]
+    bs = int(getattr(ctx, "batch_size", 0) or ctx.spec.batch_size)
+    plan.batches = [[(i, name, sev) for i in idx[k:k + bs]] for k in range(0, len(idx), bs)]
+    pos = 0
+    for x, y in loader:
+        n = len(y)
+        sids = [ctx.dataset.sample_ids[i] for i in idx[pos:pos + n]]
+        pos += n
+        yield x.to(ctx.device, non_blocking=True).float(), y.to(ctx.device, non_blocking=True).long(), sids
+    if pos != len(idx):
+        raise RuntimeError(f"corruption loader returned {pos} of {len(idx)} samples")
 
 
 # --------------------------------------------------------------------------- summaries
