@@ -214,3 +214,19 @@ def test_unreadable_images_hard_error_or_skipped_and_counted(tmp_path):
     assert ok.provenance["n_unreadable"] == 2 and sorted(ok.provenance["unreadable"]) == sorted([str(bad), str(junk)])
     for i in range(len(ok)):
         assert ok[i][0].shape == (3, 224, 224)
+
+
+def test_unreadable_image_in_a_worker_gives_the_one_line_message(tmp_path):
+    from torch.utils.data import DataLoader
+
+    from robustbench_pid.data.imagenet import without_worker_traceback
+
+    tree(tmp_path, [WN[0]], per=2, size=(8, 8))
+    bad = tmp_path / WN[0] / "img_1.JPEG"
+    bad.write_bytes(b"junk")
+    ds = load_dataset("imagenet", "val", str(tmp_path), model_info=DEIT_INFO)
+    with pytest.raises(UserError) as info:
+        for _ in without_worker_traceback(DataLoader(ds, batch_size=2, num_workers=1)):
+            pass
+    msg = str(info.value)
+    assert msg.startswith(f"cannot read image {bad}") and "Traceback" not in msg

@@ -33,6 +33,7 @@ from torch.utils.data import DataLoader, Dataset
 from ..imagenet_info import ALEXNET_CLEAN_ERR, ALEXNET_MEAN_ERR, CORRUPTIONS_15, SEVERITIES
 from ..metrics import corruption_errors, relative_mean_corruption_error
 from ..results import ID_COLUMNS, accuracy_rows
+from ..data.imagenet import without_worker_traceback
 from . import Benchmark, Unit, benchmarks
 
 BASELINE_ENV = "ROBUSTBENCH_PID_CE_BASELINE"
@@ -88,7 +89,8 @@ class Corruptions(Benchmark):
         name, sev = split_condition(unit.condition)
         rows = []
         workers = name and int(getattr(ctx.spec, "num_workers", 0) or 0) > 0
-        for x, y, sids in (_corrupted_batches(ctx, unit, name, sev) if workers else ctx.batches(unit)):
+        batches = _corrupted_batches(ctx, unit, name, sev) if workers else ctx.batches(unit)
+        for x, y, sids in without_worker_traceback(batches):
             if name and not workers:
                 seeds = [sample_seed(ctx.spec.seed, name, sev, s) for s in sids]
                 x = corrupt_batch(x, name, sev, seeds)

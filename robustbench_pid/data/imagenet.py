@@ -39,7 +39,7 @@ import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -204,6 +204,18 @@ def load_image(path: Path) -> Any:
     except (OSError, SyntaxError, ValueError) as exc:
         raise UserError(f"cannot read image {path}: {exc}. Replace the file, or pass --skip-unreadable to skip "
                         f"(and count) unreadable images") from None
+
+
+def without_worker_traceback(batches: Iterable[Any]) -> Iterator[Any]:
+    """Re-raise a UserError from a DataLoader worker as the one-line message it started as
+    (torch wraps it with the worker's traceback text)."""
+    try:
+        yield from batches
+    except UserError as exc:
+        msg = str(exc)
+        if "Original Traceback" in msg and "UserError: " in msg:
+            raise UserError(msg.rstrip().rsplit("UserError: ", 1)[1]) from None
+        raise
 
 
 def _readable(path: Path) -> bool:
