@@ -25,7 +25,8 @@ Why it is built this way:
 - Sharding on existing launchers, no collectives. A shard takes every n-th unit of the plan
   (``--shard i/n``, torchrun's RANK/WORLD_SIZE, a Slurm array). No DistributedSampler (it pads
   with duplicated samples, pytorch#25162) and no process group: shards share nothing but the
-  folder. Whichever process sees every unit present finalizes (under a file lock), and
+  folder. Under torchrun rank 0 waits for the others and finalizes; otherwise whichever process
+  sees every unit present finalizes (under a file lock, idempotent), and
   ``robustbench-pid merge`` does the same by hand, checking every (configuration, sample)
   appears exactly once.
 """
@@ -606,6 +607,13 @@ def run(spec: RunSpec) -> Path:
     computed, seconds = _work(ctx, out, mine, (shard_i, shard_n))
     _write_json(shard_file, {**me, "status": "done", "finished": _now(), "t_finished": time.time(), "units_computed": computed,
                              "compute_seconds": round(seconds, 3), "wall_seconds": round(time.time() - t0, 3)})
+    torchrun = not spec.shard and "RANK" in os.environ and "WORLD_SIZE" in os.environ and shard_n > 1
+    if torchrun:
+        # torchrun stops every rank when one fails, so rank 0 can wait for the others' units and
+        # be the one that writes the tables (and prints them); the other ranks just leave.
+        if shard_i != 0:
+            return out
+        _wait_for_units(units_dir, units, quiet=spec.quiet)
     if all(unit_done(units_dir, u.key) for u in units):
         finalize_run(out, expected_plan=phash)
     elif shard_n == 1:
@@ -661,6 +669,27 @@ def _work(ctx: Context, out: Path, mine: List[Unit], shard: Tuple[int, int]) -> 
                 wait = min(5.0, wait * 1.5)
         ctx.progress = None
     return computed, seconds
+
+
+def _wait_for_units(units_dir: Path, units: Sequence[Unit], quiet: bool) -> None:
+    """Poll until every unit is done, or until none has finished for the claim timeout (a rank
+    that hangs): then return and leave the run to ``merge``."""
+    last_n, last_t, wait, said = -1, time.time(), 0.5, 0.0
+    while True:
+        n = sum(unit_done(units_dir, u.key) for u in units)
+        if n == len(units):
+            return
+        if n != last_n:
+            last_n, last_t = n, time.time()
+            if not quiet and time.time() - said > 60:
+                said = time.time()
+                print(f"rank 0: waiting for the other ranks ({len(units) - n} units to go)", file=sys.stderr)
+        elif time.time() - last_t > claim_timeout():
+            print(f"rank 0: no unit finished for {claim_timeout():.0f} s; leaving the run for "
+                  f"`robustbench-pid merge`", file=sys.stderr)
+            return
+        time.sleep(wait)
+        wait = min(5.0, wait * 1.5)
 
 
 def _compute_unit(ctx: Context, bench: Any, u: Unit, units_dir: Path) -> None:
@@ -803,7 +832,8 @@ def finalize_run(out: Path, expected_plan: Optional[str] = None) -> pd.DataFrame
             **prov, "plan_hash": plan["plan_hash"], "status": "complete",
             "wall_seconds": round(time.time() - t_start, 2) if t_start else None,
             "compute_seconds": round(sum(float(m.get("seconds", 0)) for m in metas), 2),
-            "n_records": len(records), "shards": shards, "finished": _now()})
+            "n_records": len(records), "shards": shards, "finished": _now(),
+            "finalized_by": {"host": _HOST, "pid": os.getpid()}})
         atomic_write_bytes(out / "summary.csv", summary.to_csv(index=False).encode())
     return summary
 

@@ -68,6 +68,8 @@ def test_torchrun_two_ranks_equal_one_process(tmp_path: Path, reference: Path) -
     assert sorted((s["shard"], s["n_shards"]) for s in shards) == [(0, 2), (1, 2)]
     assert sum(s["units_computed"] for s in shards) == info["n_units"] == 18  # each unit computed once
     assert all(s["units_assigned"] == 9 for s in shards) and len({s["pid"] for s in shards}) == 2
+    rank0 = next(s for s in shards if s["shard"] == 0)
+    assert info["finalized_by"]["pid"] == rank0["pid"]  # rank 0 waited for rank 1 and wrote the tables
 
 
 def test_explicit_shards_then_merge_equal_one_process(tmp_path: Path, reference: Path, capsys) -> None:
