@@ -43,7 +43,7 @@ def main() -> None:
 
     def state() -> PidState:
         s = PidState()
-        s.v0, s.error_sum, s.prev_error = prime
+        s.reference, s.error_sum, s.prev_error = prime
         s.layer = 1
         return s
 

@@ -58,12 +58,12 @@ class PidGains:
 
 
 class PidState:
-    """Controller memory for one forward pass: v^0, running sum of errors, previous error."""
+    """Controller memory for one forward pass: beta * v^0, running sum of errors, previous error."""
 
-    __slots__ = ("v0", "error_sum", "prev_error", "layer")
+    __slots__ = ("reference", "error_sum", "prev_error", "layer")
 
     def __init__(self) -> None:
-        self.v0: Optional[torch.Tensor] = None
+        self.reference: Optional[torch.Tensor] = None  # beta * v^0, computed once at the first layer
         self.error_sum: Optional[torch.Tensor] = None
         self.prev_error: Optional[torch.Tensor] = None
         self.layer = 0
@@ -97,18 +97,24 @@ class PidAttention(Attention):
 
 
 def pid_control(v: torch.Tensor, state: PidState, g: PidGains) -> torch.Tensor:
-    """Return lP e + lI sum(e) + lD (e - e_prev) for this layer and advance ``state``."""
-    if state.v0 is None:
-        state.v0 = v
-    error = g.beta * state.v0 - v
+    """Return lP e + lI sum(e) + lD (e - e_prev) for this layer and advance ``state``.
+
+    Written as (lP + lD) e + lI sum(e) - lD e_prev so the controller costs six elementwise passes
+    over the value tensor (``benchmarks/bench_attention.py`` measures it against softmax attention).
+    """
+    if state.reference is None:
+        state.reference = g.beta * v
+    error = state.reference - v
     error_sum = error if state.error_sum is None else state.error_sum + error
-    if state.prev_error is None:
-        derivative = error if g.first_derivative == "zero-error" else torch.zeros_like(error)
+    if state.prev_error is None:  # first layer: e^0 = 0 ("zero-error") or no D term ("none")
+        gain_e = g.lambda_p + (g.lambda_d if g.first_derivative == "zero-error" else 0.0)
+        out = torch.add(error * gain_e, error_sum, alpha=g.lambda_i)
     else:
-        derivative = error - state.prev_error
+        out = torch.add(error * (g.lambda_p + g.lambda_d), error_sum, alpha=g.lambda_i)
+        out = out.sub_(state.prev_error, alpha=g.lambda_d)
     state.error_sum, state.prev_error = error_sum, error
     state.layer += 1
-    return g.lambda_p * error + g.lambda_i * error_sum + g.lambda_d * derivative
+    return out
 
 
 class PidBlock(Block):
