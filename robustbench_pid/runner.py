@@ -671,9 +671,20 @@ def _work(ctx: Context, out: Path, mine: List[Unit], shard: Tuple[int, int]) -> 
     return computed, seconds
 
 
+def _fresh_claims(units_dir: Path, within: float) -> bool:
+    now = time.time()
+    for p in units_dir.glob("*.claim"):
+        try:
+            if now - p.stat().st_mtime < within:
+                return True
+        except FileNotFoundError:
+            continue
+    return False
+
+
 def _wait_for_units(units_dir: Path, units: Sequence[Unit], quiet: bool) -> None:
-    """Poll until every unit is done, or until none has finished for the claim timeout (a rank
-    that hangs): then return and leave the run to ``merge``."""
+    """Poll until every unit is done, or until for the claim timeout no unit has finished and no
+    claim has a fresh heartbeat (a rank that hangs): then return and leave the run to ``merge``."""
     last_n, last_t, wait, said = -1, time.time(), 0.5, 0.0
     while True:
         n = sum(unit_done(units_dir, u.key) for u in units)
@@ -684,7 +695,7 @@ def _wait_for_units(units_dir: Path, units: Sequence[Unit], quiet: bool) -> None
             if not quiet and time.time() - said > 60:
                 said = time.time()
                 print(f"rank 0: waiting for the other ranks ({len(units) - n} units to go)", file=sys.stderr)
-        elif time.time() - last_t > claim_timeout():
+        elif time.time() - last_t > claim_timeout() and not _fresh_claims(units_dir, claim_timeout()):
             print(f"rank 0: no unit finished for {claim_timeout():.0f} s; leaving the run for "
                   f"`robustbench-pid merge`", file=sys.stderr)
             return

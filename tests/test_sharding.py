@@ -169,3 +169,33 @@ def test_exactly_once_check_on_synthetic_units() -> None:
         check_records(bad, [frame(u) for u in bad], ids)
     with pytest.raises(UserError, match="repeats sample ids"):
         check_records(good, [frame(u) for u in good], ids[:5] + ["s0"])
+
+
+def test_rank0_waits_while_claims_beat_and_gives_up_without(tmp_path: Path, monkeypatch) -> None:
+    import threading
+    import time
+
+    from robustbench_pid.benchmarks import Unit
+    from robustbench_pid.runner import _wait_for_units, unit_done
+
+    monkeypatch.setenv("ROBUSTBENCH_PID_CLAIM_TIMEOUT", "0.3")
+    u = Unit("adversarial", "clean", 0.0, "{}", "", 0, 10, "a" * 64)
+    t = time.time()
+    _wait_for_units(tmp_path, [u], quiet=True)  # nothing running anywhere: give up after the timeout
+    assert not unit_done(tmp_path, u.key) and time.time() - t < 3
+    claim = tmp_path / f"{u.key}.claim"
+    claim.write_text("{}")
+
+    def other_rank() -> None:  # computes for 1.2 s with a heartbeat, then writes the unit
+        for _ in range(12):
+            time.sleep(0.1)
+            os.utime(claim)
+        (tmp_path / f"{u.key}.parquet").write_bytes(b"x")
+        (tmp_path / f"{u.key}.json").write_text("{}")
+
+    th = threading.Thread(target=other_rank)
+    t = time.time()
+    th.start()
+    _wait_for_units(tmp_path, [u], quiet=True)
+    th.join()
+    assert unit_done(tmp_path, u.key) and time.time() - t >= 1.2
