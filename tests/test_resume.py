@@ -156,3 +156,26 @@ def test_live_claim_is_waited_for_and_stale_claim_taken_over(tmp_path: Path, mon
         time.sleep(0.8)
         assert time.time() - (units / "k3.claim").stat().st_mtime < 1.0
     assert not (units / "k3.claim").exists()  # released on exit
+
+
+@pytest.mark.slow
+def test_repeated_sigkills_at_random_moments(tmp_path: Path, reference: pd.DataFrame, one_thread) -> None:
+    """Kill the same run five times at random moments (start-up, mid-unit, mid-write, finalize),
+    resuming each time; the records equal the uninterrupted run."""
+    import random as _random
+
+    rng = _random.Random(0)
+    out = tmp_path / "run"
+    kills = 0
+    for _ in range(5):
+        proc = subprocess.Popen(evaluate_cmd(out), env=env1(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(rng.uniform(0.5, 6.0))
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGKILL)
+            kills += 1
+        proc.wait()
+    assert kills >= 3
+    p = subprocess.run(evaluate_cmd(out), env=env1(), capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    pd.testing.assert_frame_equal(pd.read_parquet(out / "records.parquet"), reference, check_exact=True)
+    assert not list((out / "units").glob("*.claim")) and not list(out.rglob("*.tmp"))
