@@ -130,7 +130,7 @@ def test_imagenet_c_layout_labels_no_resize(tmp_path, monkeypatch):
         assert f"{c}/{s}" == cond and lab == WN.index(w)
     x, _ = ds[0]
     assert x.shape == (3, 224, 224)
-    ref = torch.from_numpy(np.array(Image.open(ds.items[0].path).convert("RGB"))).permute(2, 0, 1) / 255.0
+    ref = torch.from_numpy(np.array(Image.open(ds.path(0)).convert("RGB"))).permute(2, 0, 1) / 255.0
     assert torch.allclose(x, ref)  # read as is: no resize, no crop at 224
     sub = load_dataset("imagenet-c", "test", str(tmp_path), model_info=DEIT_INFO, subset=1, subset_seed=3)
     keys = {s.split("/", 2)[2] for s in sub.sample_ids}
@@ -145,6 +145,23 @@ def test_imagenet_c_clean_condition_from_imagenet_root(tmp_path, monkeypatch):
     ds = load_dataset("imagenet-c", "test", str(tmp_path / "c"), model_info=DEIT_INFO)
     assert ds.conditions[0] == "clean" and ds.sample_ids[0] == f"clean/{wn[0]}/img_0.JPEG"
     assert ds[0][0].shape == (3, 224, 224) and ds.provenance["clean_transform"]["resize"] == 256
+
+
+def test_imagenet_c_conditions_must_hold_the_same_images_and_skip_keeps_them_paired(tmp_path, monkeypatch):
+    monkeypatch.delenv(IMAGENET_ROOT_ENV, raising=False)
+    _imagenet_c_tree(tmp_path, [WN[0], WN[1]], per=2, category=False)
+    gone = tmp_path / "frost" / "4" / WN[1] / "img_0.JPEG"
+    data = gone.read_bytes()
+    gone.unlink()
+    with pytest.raises(UserError, match=f"{gone} is missing"):
+        load_dataset("imagenet-c", "test", str(tmp_path), model_info=DEIT_INFO)
+    gone.write_bytes(data[:200])  # now present but truncated
+    ds = load_dataset("imagenet-c", "test", str(tmp_path), model_info=DEIT_INFO)
+    with pytest.raises(UserError, match=f"cannot read image {gone}"):
+        ds[ds.sample_ids.index(f"frost/4/{WN[1]}/img_0.JPEG")]
+    ok = load_dataset("imagenet-c", "test", str(tmp_path), model_info=DEIT_INFO, skip_unreadable=True)
+    assert ok.n_unreadable == 1 and ok.provenance["unreadable"] == [str(gone)]
+    assert len(ok) == 75 * 3 and not any(s.endswith(f"{WN[1]}/img_0.JPEG") for s in ok.sample_ids)
 
 
 @pytest.mark.parametrize("problem,needle", [

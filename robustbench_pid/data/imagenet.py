@@ -334,48 +334,106 @@ def scan_imagenet_c(root: Path, corruptions: Optional[Sequence[str]] = None) -> 
     return {c: found[c] for c in order}
 
 
+class _Lazy(Sequence):
+    """A read-only sequence computed per index (ImageNet-C holds 3.75M samples: no per-sample objects)."""
+
+    def __init__(self, n: int, fn: Any) -> None:
+        self._n, self._fn = n, fn
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __getitem__(self, i: Any) -> Any:
+        if isinstance(i, slice):
+            return [self._fn(j) for j in range(*i.indices(self._n))]
+        if i < 0:
+            i += self._n
+        if not 0 <= i < self._n:
+            raise IndexError(i)
+        return self._fn(i)
+
+
+class ImageNetCFiles(Dataset):
+    """ImageNet-C as conditions x (wnid, file) keys: sample i is condition ``i // n_keys`` of key
+    ``i % n_keys``; conditions are contiguous, in the standard order (clean first when present)."""
+
+    def __init__(self, conditions: List[Tuple[str, Path]], keys: List[str], transform: Any,
+                 transforms: Dict[str, Any], provenance: Dict[str, Any], skip_unreadable: bool = False) -> None:
+        self.conds = conditions  # (condition, folder holding <wnid>/<file>)
+        unreadable: List[str] = []
+        if skip_unreadable:  # drop a bad (wnid, file) from every condition, so conditions stay paired
+            bad = set()
+            for c, folder in conditions:
+                for k in keys:
+                    if k not in bad and not _readable(folder / k):
+                        bad.add(k)
+                        unreadable.append(str(folder / k))
+            keys = [k for k in keys if k not in bad]
+        self.keys = keys
+        w2i = wnid_to_index()
+        self.key_labels = [w2i[k.split("/", 1)[0]] for k in keys]
+        self.transform, self.transforms = transform, transforms
+        n, nk = len(conditions) * len(keys), max(1, len(keys))
+        self.sample_ids = _Lazy(n, lambda i: f"{self.conds[i // nk][0]}/{self.keys[i % nk]}")
+        self.labels = _Lazy(n, lambda i: self.key_labels[i % nk])
+        self.conditions = _Lazy(n, lambda i: self.conds[i // nk][0])
+        self.n_unreadable = len(unreadable)
+        self.info = datasets.get("imagenet-c")
+        self.provenance = {**provenance, "dataset": "imagenet-c", "n": n, "n_per_condition": len(keys),
+                           "skip_unreadable": skip_unreadable, "n_unreadable": len(unreadable),
+                           "unreadable": unreadable[:100],
+                           "sample_ids_sha256": _ids_sha256([f"{c}/{k}" for c, _ in conditions for k in keys])}
+
+    def __len__(self) -> int:
+        return len(self.conds) * len(self.keys)
+
+    def path(self, i: int) -> Path:
+        c, folder = self.conds[i // len(self.keys)]
+        return folder / self.keys[i % len(self.keys)]
+
+    def __getitem__(self, i: int) -> Tuple[torch.Tensor, int]:
+        cond = self.conds[i // len(self.keys)][0]
+        img = load_image(self.path(i))
+        return self.transforms.get(cond, self.transform)(img), self.key_labels[i % len(self.keys)]
+
+
+def _keys(root: Path) -> List[str]:
+    """Sorted "<wnid>/<file>" of a <wnid>/<image> tree, with the usual checks (names the path)."""
+    return [it.sample_id for it in scan_wnid_folders(root, "imagenet-c")]
+
+
 def _imagenet_c(split: str, root: Optional[str], model_info: Dict[str, Any], subset: Optional[int] = None,
                 subset_seed: int = 0, skip_unreadable: bool = False, corruptions: Optional[Sequence[str]] = None,
-                imagenet_root: Optional[str] = None, clean: Optional[bool] = None, **_: Any) -> ImageFiles:
+                imagenet_root: Optional[str] = None, clean: Optional[bool] = None, **_: Any) -> ImageNetCFiles:
     r = _root(root, "imagenet-c")
     folders = scan_imagenet_c(r, corruptions)
-    per: Dict[Tuple[str, int], List[Item]] = {}
-    for c, d in folders.items():
-        for s in SEVERITIES:
-            per[(c, s)] = scan_wnid_folders(d / str(s), "imagenet-c", prefix=f"{c}/{s}/", condition=f"{c}/{s}")
-    first = per[next(iter(per))]
-    keys = [it.sample_id.split("/", 2)[2] for it in first]  # "<wnid>/<file>"
+    conds: List[Tuple[str, Path]] = [(f"{c}/{s}", d / str(s)) for c, d in folders.items() for s in SEVERITIES]
+    keys = _keys(conds[0][1])
     extra: Dict[str, Any] = {"corruptions": list(folders), "severities": list(SEVERITIES),
                              "n_per_condition_found": len(keys)}
+    for cond, folder in conds[1:]:  # every condition must hold the same images
+        have = set(_keys(folder))
+        if have != set(keys):
+            diff = sorted(set(keys) - have) or sorted(have - set(keys))
+            what = "is missing" if set(keys) - have else "is not in the other conditions"
+            raise UserError(f"imagenet-c: {folder / diff[0]} {what} (every condition must hold the same images)")
     if subset is not None:
         keys = [keys[i] for i in choose_subset(len(keys), subset, subset_seed)]
         extra["subset"] = {"n": subset, "seed": subset_seed, "rule": "the same sorted(default_rng(seed).choice("
                            "n, k, replace=False)) (wnid, file) pairs in every condition"}
-    keyset = set(keys)
-    items: List[Item] = []
     tf, desc = eval_transform(model_info, resize=False)
     transforms: Dict[str, Any] = {}
     want_clean = clean if clean is not None else bool(imagenet_root or os.environ.get(IMAGENET_ROOT_ENV))
     if want_clean:
         val = imagenet_root_option(imagenet_root, "imagenet-c's clean condition")
         for k in keys:
-            w, f = k.split("/", 1)
-            p = val / w / f
-            if not p.is_file():
-                raise UserError(f"imagenet-c clean condition: {p} is missing from the ImageNet root")
-            items.append(Item(p, wnid_to_index()[w], f"clean/{k}", "clean"))
+            if not (val / k).is_file():
+                raise UserError(f"imagenet-c clean condition: {val / k} is missing from the ImageNet root")
+        conds.insert(0, ("clean", val))
         transforms["clean"], extra["clean_transform"] = eval_transform(model_info)
         extra["imagenet_root"] = str(val)
-    for (c, s), its in per.items():
-        chosen = [it for it in its if it.sample_id.split("/", 2)[2] in keyset]
-        if len(chosen) != len(keys):
-            have = {it.sample_id.split("/", 2)[2] for it in chosen}
-            miss = next(k for k in keys if k not in have)
-            raise UserError(f"imagenet-c: {folders[c] / str(s) / miss} is missing (every condition must hold the "
-                            f"same images)")
-        items.extend(chosen)
     prov = {"root": str(r), "transform": desc, **extra}
-    return ImageFiles("imagenet-c", items, tf, prov, skip_unreadable=skip_unreadable, transforms=transforms)
+    return ImageNetCFiles(conds, keys, tf, transforms, prov, skip_unreadable=skip_unreadable)
 
 
 def _imagenet_v2(split: str, root: Optional[str], model_info: Dict[str, Any], subset: Optional[int] = None,
