@@ -15,7 +15,8 @@ def eps_label(eps: float) -> str:
 
 
 def format_summary(summary: pd.DataFrame) -> str:
-    """One line per (model, protocol, benchmark, attack, eps): metric value [95% interval]."""
+    """Accuracy as one line per condition (top-1 / top-5 columns); every other metric (mCE, AUPR,
+    per-corruption CE, token cosine, ...) as one line per metric below it."""
     if summary.empty:
         return "(no results)"
     df = summary.copy()
@@ -25,11 +26,18 @@ def format_summary(summary: pd.DataFrame) -> str:
     if "condition" in df.columns and df["condition"].fillna("").astype(str).ne("").any():
         df["condition"] = df["condition"].fillna("").astype(str)
         keys.append("condition")
-    wide = df.pivot_table(index=keys, columns="metric", values="cell", aggfunc="first", sort=False)
-    n = df.groupby(keys, sort=False)["n"].max()
-    wide["n"] = n
-    wide = wide.reset_index()
-    return wide.to_string(index=False)
+    acc = df[df["metric"].isin(["top1", "top5"])]
+    other = df[~df["metric"].isin(["top1", "top5"])]
+    parts = []
+    if len(acc):
+        wide = acc.pivot_table(index=keys, columns="metric", values="cell", aggfunc="first", sort=False)
+        wide["n"] = acc.groupby(keys, sort=False)["n"].max()
+        parts.append(wide.reset_index().to_string(index=False))
+    if len(other):
+        okeys = [k for k in keys if k not in ("attack", "eps", "condition")] + ["metric"]
+        cols = okeys + (["condition"] if "condition" in keys else []) + ["cell", "n"]
+        parts.append(other[cols].rename(columns={"cell": "value"}).to_string(index=False))
+    return "\n\n".join(parts)
 
 
 PERCENT_METRICS = ("top1", "top5", "mce", "relative_mce", "aupr", "auroc", "fpr95", "mean_error")

@@ -6,9 +6,10 @@ A run folder holds ``records.parquet`` (one row per evaluated sample and conditi
 """
 from __future__ import annotations
 
+import inspect
 import json
 from pathlib import Path
-from typing import Iterable, List, Union
+from typing import Iterable, List, Optional, Union
 
 import pandas as pd
 
@@ -38,11 +39,19 @@ def accuracy_rows(records: pd.DataFrame, group_cols: Iterable[str] = ("attack", 
     return pd.DataFrame(rows)
 
 
-def summarize(records: pd.DataFrame) -> pd.DataFrame:
-    """Tidy rows for whatever benchmarks the records hold."""
+def summarize(records: pd.DataFrame, ce_baseline: Optional[str] = None) -> pd.DataFrame:
+    """Tidy rows for whatever benchmarks the records hold.
+
+    ``ce_baseline`` names the model whose corruption errors normalize CE/mCE outside ImageNet
+    (its records must be in the same store); ImageNet uses AlexNet's published errors.
+    """
     from .benchmarks import get_benchmark
 
-    parts = [get_benchmark(b).summarize(g) for b, g in records.groupby("benchmark", sort=False)]
+    parts = []
+    for b, g in records.groupby("benchmark", sort=False):
+        bench = get_benchmark(b)
+        takes = "ce_baseline" in inspect.signature(bench.summarize).parameters
+        parts.append(bench.summarize(g, ce_baseline=ce_baseline) if takes else bench.summarize(g))
     parts = [p for p in parts if len(p)]
     if not parts:
         return pd.DataFrame(columns=TIDY_COLUMNS)
@@ -84,6 +93,6 @@ def load_records(path: Union[str, Path], include_incomplete: bool = False) -> pd
     return pd.concat(frames, ignore_index=True)
 
 
-def load_results(path: Union[str, Path]) -> pd.DataFrame:
+def load_results(path: Union[str, Path], ce_baseline: Optional[str] = None) -> pd.DataFrame:
     """Tidy DataFrame: one row per (run, model, dataset, attack, eps, metric), values in percent."""
-    return summarize(load_records(path))
+    return summarize(load_records(path), ce_baseline=ce_baseline)

@@ -7,8 +7,8 @@ The Python option ``benchmark_options={"corruptions": {"corruptions": [...], "se
 picks other corruptions (e.g. the 4 held-out ones) or severities. With ``--workers N`` the images
 are corrupted inside the DataLoader workers (the CPU-bound part), with the same records.
 
-Records: ``attack`` = corruption (or ``clean``), ``eps`` = severity (0 for clean), ``condition``
-= ``<corruption>/<severity>`` (or ``clean``), plus ``corruption`` and ``severity`` columns.
+Records: ``attack`` = ``condition`` = ``<corruption>/<severity>`` (or ``clean``), ``eps`` = 0
+(a corruption has no eps), plus ``corruption`` and ``severity`` columns.
 
 Tidy rows (values in percent): ``top1``/``top5`` per condition; ``err_<corruption>`` (top-1 error
 averaged over the severities) and ``mean_err`` (over the 15 mCE corruptions), always;
@@ -100,8 +100,8 @@ class Corruptions(Benchmark):
             ctx.advance(len(y))
         return pd.concat(rows, ignore_index=True)
 
-    def summarize(self, records: pd.DataFrame) -> pd.DataFrame:
-        return corruption_rows(records)
+    def summarize(self, records: pd.DataFrame, ce_baseline: Optional[str] = None) -> pd.DataFrame:
+        return corruption_rows(records, baseline=ce_baseline)
 
 
 # --------------------------------------------------------------------------- corruption in workers

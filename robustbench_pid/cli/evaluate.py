@@ -24,6 +24,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--non-strict", action="store_true", help="load a checkpoint that does not fully fit (recorded)")
     g.add_argument("--dataset", default="digits")
     g.add_argument("--data-root", help="local dataset root (ImageNet family)")
+    g.add_argument("--imagenet-root", help="ImageNet validation root, needed beside --data-root by imagenet-o (its "
+                                           "in-distribution half) and by imagenet-c's clean condition "
+                                           "(default: $ROBUSTBENCH_PID_IMAGENET_ROOT)")
     g.add_argument("--split", default="test")
     g.add_argument("--limit", type=int, help="evaluate only the first N samples")
     g.add_argument("--subset", type=int, help="a fixed, documented, seeded subset of N samples (recorded)")
@@ -122,10 +125,13 @@ def build_spec(args: argparse.Namespace) -> Any:
     arch_kwargs = {k: getattr(args, k) for k in ("lambda_p", "lambda_i", "lambda_d", "beta") if getattr(args, k) is not None}
     arch_kwargs.update(_key_values(args.model_arg, "--model-arg"))
     bench_opts = _key_values(args.bench_opt, "--bench-opt")
+    options: Dict[str, Any] = {args.benchmark.replace("-", "_"): bench_opts} if bench_opts else {}
+    if args.imagenet_root:
+        options["dataset"] = {"imagenet_root": args.imagenet_root}
     return RunSpec(
         model=args.model, checkpoint=args.checkpoint, dataset=args.dataset, split=args.split,
         data_root=args.data_root, protocol=args.protocol, attacks=specs, benchmark=args.benchmark,
-        benchmark_options={args.benchmark.replace("-", "_"): bench_opts} if bench_opts else {},
+        benchmark_options=options,
         suite=args.suite, limit=args.limit, subset=args.subset, skip_unreadable=args.skip_unreadable,
         dry_run=args.dry_run, batch_size=args.batch_size, chunk_size=args.chunk_size,
         seed=args.seed, device=args.device, precision=args.precision, compile=args.compile,
