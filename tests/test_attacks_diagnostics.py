@@ -1,0 +1,80 @@
+"""Gradient-masking diagnostics: each check fires on the pattern it names and stays quiet otherwise."""
+from __future__ import annotations
+
+import pandas as pd
+
+from robustbench_pid.diagnostics import (Finding, check_black_box, check_eps_monotone, check_large_eps,
+                                         check_pgd_vs_fgsm, check_zero_gradients, diagnose, format_findings)
+
+IDS = dict(run_id="r", model="m", checkpoint_sha256="abc", dataset="digits", protocol="standard",
+           benchmark="adversarial")
+
+
+def tidy(rows):
+    return pd.DataFrame([{**IDS, "attack": a, "eps": e, "metric": "top1", "value": v, "n": 100}
+                         for a, e, v in rows])
+
+
+def records(attack, eps, correct, grad_zero):
+    return pd.DataFrame([{**IDS, "attack": attack, "eps": eps, "params": "{}", "sample_id": str(i),
+                          "correct_top1": bool(c), "correct_top5": True, "attacked": True, "grad_zero": g}
+                         for i, (c, g) in enumerate(zip(correct, grad_zero))])
+
+
+def test_eps_monotone():
+    ok = tidy([("pgd", 1 / 255, 80), ("pgd", 2 / 255, 60), ("pgd", 3 / 255, 60.5)])
+    assert check_eps_monotone(ok) == []
+    bad = tidy([("pgd", 1 / 255, 80), ("pgd", 2 / 255, 60), ("pgd", 3 / 255, 70)])
+    (f,) = check_eps_monotone(bad)
+    assert f.code == "eps-not-monotone" and f.attack == "pgd" and abs(f.eps - 3 / 255) < 1e-12
+    assert f.value == 10 and "3/255" in f.message
+    noise = tidy([("noise", 0.1, 50), ("noise", 0.2, 90)])  # not a worst case: not checked
+    assert check_eps_monotone(noise) == []
+
+
+def test_pgd_above_fgsm():
+    assert check_pgd_vs_fgsm(tidy([("fgsm", 0.01, 50), ("pgd", 0.01, 30)])) == []
+    (f,) = check_pgd_vs_fgsm(tidy([("fgsm", 0.01, 50), ("pgd", 0.01, 55), ("pgd", 0.02, 90)]))
+    assert f.code == "pgd-above-fgsm" and f.eps == 0.01 and f.value == 5
+
+
+def test_black_box_beats_white_box():
+    assert check_black_box(tidy([("pgd", 0.1, 20), ("spsa", 0.1, 30)])) == []
+    found = check_black_box(tidy([("pgd", 0.1, 20), ("fgsm", 0.1, 40), ("spsa", 0.1, 5), ("square", 0.1, 10)]))
+    assert {f.attack for f in found} == {"spsa", "square"}
+    assert all(f.code == "black-box-beats-white-box" for f in found)
+
+
+def test_large_eps_not_zero():
+    assert check_large_eps(tidy([("pgd", 0.5, 0.0), ("pgd", 0.01, 80)])) == []
+    (f,) = check_large_eps(tidy([("pgd", 0.5, 35.0), ("sld", 10.0, 50.0), ("noise", 0.5, 90.0)]))
+    assert f.code == "large-eps-not-zero" and f.attack == "pgd" and f.value == 35.0
+
+
+def test_zero_gradients_need_records():
+    r = records("pgd", 0.01, [1] * 10, [True] * 2 + [False] * 8)
+    (f,) = check_zero_gradients(r)
+    assert f.code == "zero-gradients" and f.value == 20.0
+    assert check_zero_gradients(records("pgd", 0.01, [1] * 10, [False] * 10)) == []
+    assert check_zero_gradients(tidy([("pgd", 0.01, 10)])) == []
+
+
+def test_diagnose_on_records_runs_every_check():
+    r = pd.concat([records("clean", 0.0, [1] * 10, [None] * 10),
+                   records("fgsm", 0.01, [1] * 5 + [0] * 5, [False] * 10),
+                   records("pgd", 0.01, [1] * 8 + [0] * 2, [True] * 10),
+                   records("pgd", 0.5, [1] * 9 + [0], [False] * 10)], ignore_index=True)
+    codes = sorted(f.code for f in diagnose(r))
+    assert codes == ["eps-not-monotone", "large-eps-not-zero", "pgd-above-fgsm", "zero-gradients"]
+    assert all(isinstance(f, Finding) and f.model == "m" and f.protocol == "standard" for f in diagnose(r))
+    text = format_findings(diagnose(r))
+    assert text.count("\n") == 4 and "zero-gradients" in text
+
+
+def test_diagnose_clean_run_is_quiet():
+    r = pd.concat([records("clean", 0.0, [1] * 10, [None] * 10),
+                   records("fgsm", 0.01, [1] * 5 + [0] * 5, [False] * 10),
+                   records("pgd", 0.01, [1] * 3 + [0] * 7, [False] * 10),
+                   records("pgd", 0.5, [0] * 10, [False] * 10)], ignore_index=True)
+    assert diagnose(r) == []
+    assert "no gradient-masking signs" in format_findings([])
