@@ -34,8 +34,13 @@ class _Spy(Attack):
         return out if bounds is None else out.clamp(*bounds)
 
 
-if "_test_protocol_spy" not in attacks.names():
-    attacks.add("_test_protocol_spy", _Spy)
+@pytest.fixture(scope="module", autouse=True)
+def _spy_registered():
+    """Registered only while this module runs, so no other test sees the spy."""
+    if "_test_protocol_spy" not in attacks.names():
+        attacks.add("_test_protocol_spy", _Spy)
+    yield
+    attacks._items.pop("_test_protocol_spy", None)
 
 
 def _run(tmp_path, protocol, attacks_, limit=24, name="r", model="deit"):
