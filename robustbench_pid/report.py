@@ -127,7 +127,7 @@ def comparisons_table(inp: Inputs, n_boot: int = 1000) -> Optional[Table]:
         "A": c["model_a"], "B": c["model_b"], "A value": [f"{v:.2f}" for v in c["value_a"]],
         "B value": [f"{v:.2f}" for v in c["value_b"]], "Δ B−A": [f"{d:+.2f}" for d in c["delta"]],
         "test": [t or "-" for t in c["test"]], "n": [str(n) if n else "-" for n in c["n_paired"]],
-        "p": [fmt_p(p) for p in c["pvalue"]],
+        "p": [fmt_p(p, floor=f) for p, f in zip(c["pvalue"], c["p_floor"])],
     })
     notes = sorted({n for n in c["note"] if n})
     return Table(frame.reset_index(drop=True), "Every condition both models share",

@@ -227,10 +227,14 @@ def fmt_delta(d: Optional[float]) -> str:
     return MISSING if d is None or pd.isna(d) else f"{d:+.2f}"
 
 
-def fmt_p(p: Optional[float], alpha: float = 0.05) -> str:
+def fmt_p(p: Optional[float], alpha: float = 0.05, floor: float = 0.0) -> str:
+    """``floor``: the resolution of a bootstrap p-value (1/resamples): at the floor it reads "≤floor"."""
     if p is None or pd.isna(p):
         return "n/a"
-    s = "<0.001" if p < 0.001 else f"{p:.3f}"
+    if floor and p <= floor:
+        s = f"≤{floor:.3g}"
+    else:
+        s = "<0.001" if p < 0.001 else f"{p:.3f}"
     return s + (" *" if p < alpha else "")
 
 
@@ -336,6 +340,7 @@ class Comparison:
     test: str
     n: int = 0
     note: str = ""
+    p_floor: float = 0.0  # bootstrap resolution (1 / resamples)
 
 
 def compare_rows(ra: Mapping[str, Any], rb: Mapping[str, Any], records: Optional[pd.DataFrame],
@@ -370,7 +375,7 @@ def compare_rows(ra: Mapping[str, Any], rb: Mapping[str, Any], records: Optional
         B = pd.DataFrame(eb[2], index=eb[0], columns=eb[1]).loc[ids, conds].to_numpy()
         stat, name = mce_statistic(conds, str(ra["dataset"]), metric)
         res = paired_bootstrap(stat, A, B, n_boot=n_boot, seed=seed)
-        return Comparison(delta, res.pvalue, f"paired bootstrap ({name})", len(ids))
+        return Comparison(delta, res.pvalue, f"paired bootstrap ({name})", len(ids), p_floor=1.0 / n_boot)
     if metric == "aupr":
         oa, ob = ood_arrays(rec_a), ood_arrays(rec_b)
         if oa is None or ob is None:
@@ -383,7 +388,7 @@ def compare_rows(ra: Mapping[str, Any], rb: Mapping[str, Any], records: Optional
         lab = pr["ood_a"].to_numpy().astype(bool)
         res = paired_bootstrap(_aupr, (pr["score_a"].to_numpy(), lab), (pr["score_b"].to_numpy(), lab),
                                n_boot=n_boot, seed=seed, strata=lab)
-        return Comparison(delta, res.pvalue, "paired bootstrap (AUPR)", len(pr))
+        return Comparison(delta, res.pvalue, "paired bootstrap (AUPR)", len(pr), p_floor=1.0 / n_boot)
     return Comparison(delta, None, "", note=f"no paired test for metric {metric!r}")
 
 
@@ -431,7 +436,8 @@ def compare_models(data: Any, models: Optional[Sequence[str]] = None, records: O
             c = compare_rows(ra, rb, inp.records, n_boot=n_boot, seed=seed)
             rows.append({**dict(zip(cond, key)), "model_a": a, "model_b": b, "value_a": ra["value"],
                          "value_b": rb["value"], "delta": c.delta, "test": c.test, "n_paired": c.n,
-                         "pvalue": c.pvalue, "significant": (c.pvalue is not None and c.pvalue < 0.05),
+                         "pvalue": c.pvalue, "p_floor": c.p_floor,
+                         "significant": (c.pvalue is not None and c.pvalue < 0.05),
                          "note": c.note})
     out = pd.DataFrame(rows)
     if len(out):
@@ -495,7 +501,7 @@ _LATEX_SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$",
 
 def _tex(s: Any) -> str:
     out = "".join(_LATEX_SPECIAL.get(ch, ch) for ch in str(s))
-    return (out.replace("↓", r"$\downarrow$").replace("Δ", r"$\Delta$").replace("−", "-")
+    return (out.replace("↓", r"$\downarrow$").replace("≤", r"$\leq$").replace("Δ", r"$\Delta$").replace("−", "-")
             .replace("<0.001", r"$<$0.001"))
 
 
@@ -731,7 +737,7 @@ def _paper_table(df: pd.DataFrame, inp: Inputs, order: List[str], ds: str, proto
                 r[dcol], r[pcol] = MISSING, "n/a"
                 continue
             comp = compare_rows(ca, cb, inp.records, n_boot=n_boot, seed=seed)
-            r[dcol], r[pcol] = fmt_delta(comp.delta), fmt_p(comp.pvalue)
+            r[dcol], r[pcol] = fmt_delta(comp.delta), fmt_p(comp.pvalue, floor=comp.p_floor)
             if comp.test and comp.n not in tests_used.setdefault(comp.test, []):
                 tests_used[comp.test].append(comp.n)
             elif comp.note:
