@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from .errors import UserError
-from .tables import ACCURACY_METRICS, OOD_DATASETS, as_inputs, dedupe, eps_text, with_labels
+from .tables import ACCURACY_METRICS, EXTRA_LABELS, OOD_DATASETS, as_inputs, dedupe, eps_text, with_labels
 
 FORMATS = ("png", "svg")
 
@@ -91,7 +91,7 @@ def plot_eps_curves(data: Any, metric: str = "top1", attacks: Optional[Sequence[
             lo_a, hi_a = np.asarray(lo, float), np.asarray(hi, float)
             if np.isfinite(lo_a).all() and np.isfinite(hi_a).all():
                 ax.fill_between(x, lo_a, hi_a, color=colors[m], alpha=0.15, linewidth=0)
-        title = attack.upper() if len(attack) <= 5 else attack
+        title = EXTRA_LABELS.get(attack, attack.upper() if len(attack) <= 5 else attack)
         extra = [ds] if many_ds else []
         extra += [proto] if many_proto else []
         ax.set_title(title + (f" ({', '.join(extra)})" if extra else ""))
