@@ -579,7 +579,8 @@ def run(spec: RunSpec) -> Path:
     mine = shard_units(units, shard_i, shard_n)
     ctx.ids["run_id"] = out.name
     if spec.dry_run:
-        dry_run(ctx, out, units, mine, (shard_i, shard_n))
+        if not (spec.shard is None and "RANK" in os.environ and shard_i != 0):  # one plan per torchrun job
+            dry_run(ctx, out, units, mine, (shard_i, shard_n))
         return out
     make_out_dir(out)
     units_dir = out / "units"
@@ -775,8 +776,6 @@ def check_complete(out: Path, plan: Dict[str, Any]) -> List[Unit]:
     counts = sorted({int(s["n_shards"]) for s in shard_infos if s.get("plan_hash") == plan["plan_hash"]}) or [1]
     lines = [f"{out}: {len(missing)} of {len(units)} work units are missing, so the run cannot be merged."]
     for n in counts:
-        if n == 1:
-            continue
         by_shard: Dict[int, List[Unit]] = {}
         for j, u in missing:
             by_shard.setdefault(j % n, []).append(u)
@@ -784,8 +783,11 @@ def check_complete(out: Path, plan: Dict[str, Any]) -> List[Unit]:
             tries = sorted((s for s in shard_infos if s.get("shard") == i and s.get("n_shards") == n
                             and s.get("plan_hash") == plan["plan_hash"]), key=lambda s: float(s.get("t_started", 0)))
             st = tries[-1] if tries else None
+            gone = (st is not None and st.get("status") == "running" and st.get("host") == _HOST
+                    and not _pid_alive(int(st.get("pid", -1))))
             state = ("never started" if st is None else
-                     f"{st.get('status')} on {st.get('host')} (pid {st.get('pid')}, started {st.get('started')})")
+                     f"{'died while running' if gone else st.get('status')} on {st.get('host')} "
+                     f"(pid {st.get('pid')}, started {st.get('started')})")
             lines.append(f"  shard {i}/{n}: {len(us)} unit(s) missing; that shard {state}")
     for _, u in missing[:10]:
         lines.append(f"  missing: {unit_label(u)}")

@@ -16,7 +16,7 @@ import pandas as pd
 import pytest
 import torch
 
-from robustbench_pid.runner import Claims, run
+from robustbench_pid.runner import Claims, IncompleteRun, merge, run
 from robustbench_pid.specs import AttackSpec, RunSpec
 
 ARGS = ["--model", "pid_deit", "--attack", "pgd", "--eps", "2/255,4/255", "--steps", "5", "--limit", "80",
@@ -78,6 +78,9 @@ def test_sigkill_mid_run_then_resume_is_identical(tmp_path: Path, reference: pd.
     assert 5 <= len(before) < n_units == 24
     assert not (out / "records.parquet").exists()
     assert json.loads((out / "run.json").read_text())["status"] == "running"
+    # merge refuses, naming what is missing and that the process died
+    with pytest.raises(IncompleteRun, match=f"shard 0/1: {n_units - len(before)} unit\\(s\\) missing; that shard died"):
+        merge(out)
     # resume: only the missing units are computed, the result equals the uninterrupted run
     run(spec(out))
     got = pd.read_parquet(out / "records.parquet")
