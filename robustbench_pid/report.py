@@ -19,7 +19,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 import pandas as pd
 
 from . import __version__
-from .tables import (Inputs, Table, as_inputs, compare_models, eps_text, fmt_p, paper_tables, render_html,
+from .tables import (AGGREGATE_METRICS, Inputs, Table, as_inputs, compare_models, eps_text, fmt_p, paper_tables, render_html,
                      wide_table)
 
 CSS = """
@@ -47,6 +47,10 @@ def _svg_inline(fig: Any) -> str:
     svg = figure_bytes(fig, "svg").decode("utf-8")
     start = svg.find("<svg")
     return svg[start:] if start >= 0 else svg
+
+
+def _scroll(inner: str) -> str:
+    return f"<div style='overflow-x:auto'>{inner}</div>"
 
 
 def _png_data_uri(path: Path) -> str:
@@ -116,8 +120,16 @@ def provenance_section(runs: Sequence[Dict[str, Any]]) -> str:
     return f"<div style='overflow-x:auto'><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>{details}"
 
 
-def comparisons_table(inp: Inputs, n_boot: int = 1000) -> Optional[Table]:
+def comparisons_tables(inp: Inputs, n_boot: int = 1000) -> Tuple[Optional[Table], Optional[Table]]:
+    """(headline comparisons: attacks and aggregate metrics, the rest: e.g. per corruption and severity)."""
     c = compare_models(inp, n_boot=n_boot)
+    if c.empty:
+        return None, None
+    main = (c["benchmark"] == "adversarial") | c["metric"].isin(AGGREGATE_METRICS)
+    return _comparisons_table(c[main], "Attacks and aggregate metrics"), _comparisons_table(c[~main], "Other conditions")
+
+
+def _comparisons_table(c: pd.DataFrame, title: str) -> Optional[Table]:
     if c.empty:
         return None
     c = c.sort_values(["dataset", "protocol", "attack", "eps", "metric", "model_a", "model_b"], kind="stable")
@@ -130,7 +142,7 @@ def comparisons_table(inp: Inputs, n_boot: int = 1000) -> Optional[Table]:
         "p": [fmt_p(p, floor=f) for p, f in zip(c["pvalue"], c["p_floor"])],
     })
     notes = sorted({n for n in c["note"] if n})
-    return Table(frame.reset_index(drop=True), "Every condition both models share",
+    return Table(frame.reset_index(drop=True), title,
                  ["Δ: B minus A in points; p: two-sided paired test on the same samples; * p < 0.05"] + notes)
 
 
@@ -147,11 +159,19 @@ def build_report(data: Any, title: str = "Robustness report", n_boot: int = 1000
     else:
         paper_err = ""
     sections.append("<h2>Paper-style table (PIDformer Table 1 shape)</h2>" +
-                    (render_html(paper) if paper else f"<p class='muted'>{_esc(paper_err)}</p>"))
-    comp = comparisons_table(inp, n_boot=n_boot)
-    if comp is not None:
-        sections.append("<h2>Model comparisons</h2>" + render_html([comp]))
-    sections.append("<h2>All results</h2>" + render_html([wide_table(inp)]))
+                    (_scroll(render_html(paper)) if paper else f"<p class='muted'>{_esc(paper_err)}</p>"))
+    comp, rest = comparisons_tables(inp, n_boot=n_boot)
+    if comp is not None or rest is not None:
+        html_ = "<h2>Model comparisons</h2>"
+        if comp is not None:
+            html_ += _scroll(render_html([comp]))
+        if rest is not None:
+            html_ += (f"<details><summary>{len(rest.frame)} more comparisons (other conditions)</summary>"
+                      f"{_scroll(render_html([rest]))}</details>")
+        sections.append(html_)
+    wide = wide_table(inp)
+    sections.append(f"<h2>All results</h2><details><summary>{len(wide.frame)} rows, one column per model"
+                    f"</summary>{_scroll(render_html([wide]))}</details>")
     figs, notes = figures(inp)
     plot_html = []
     for name, fig in figs.items():
