@@ -1016,6 +1016,8 @@ def calibrate(ctx: Context, reps: int = 3) -> Tuple[float, float]:
 
 def dry_run(ctx: Context, out: Path, units: List[Unit], mine: List[Unit], shard: Tuple[int, int]) -> None:
     """Print the plan, passes per unit and an estimated time; write nothing."""
+    from .report_text import eps_label
+
     t_f, t_fb = calibrate(ctx)
     units_dir = out / "units"
     i, n = shard
@@ -1042,7 +1044,7 @@ def dry_run(ctx: Context, out: Path, units: List[Unit], mine: List[Unit], shard:
                 acc["fb"] += b * m
                 acc["est"] += est
                 acc["todo"] += 1
-        eps = f"{u.eps:.4g}" if u.eps else "-"
+        eps = eps_label(u.eps) if u.eps else "-"
         print(f"{u.key[:12]:12}  {j % n:>5}  {u.attack[:14]:14} {eps:>8}  {(u.condition or '-')[:14]:14} "
               f"{f'{u.start}:{u.stop}':>13}  {f:>8g} {b:>8g}  {status:6} {est:>9.1f}")
     print(f"total: {len(units)} units, {tot['todo']} to do: {tot['f']:.0f} forward and {tot['fb']:.0f} "
