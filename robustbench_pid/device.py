@@ -44,11 +44,18 @@ def pick_device(name: str = "auto") -> torch.device:
 
 
 def _local_cuda(index: Optional[int]) -> torch.device:
-    """The GPU of this process: the explicit index, else LOCAL_RANK (torchrun/Slurm), else 0."""
+    """The GPU of this process: the explicit index, else LOCAL_RANK (torchrun), else SLURM_LOCALID
+    when this task sees several GPUs (``srun`` tasks sharing a node's GPUs), else the current one."""
+    count = torch.cuda.device_count()
     if index is None:
         local = os.environ.get("LOCAL_RANK")
-        index = int(local) if local is not None else torch.cuda.current_device()
-    count = torch.cuda.device_count()
+        slurm_local = os.environ.get("SLURM_LOCALID")
+        if local is not None:
+            index = int(local)
+        elif slurm_local is not None and count > 1 and int(slurm_local) < count:
+            index = int(slurm_local)
+        else:
+            index = torch.cuda.current_device()
     if not 0 <= index < count:
         raise UserError(f"GPU {index} requested (LOCAL_RANK or --device) but this machine has {count}; "
                         f"start at most {count} processes per node (torchrun --nproc_per_node {count})")

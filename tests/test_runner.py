@@ -155,3 +155,26 @@ def test_atomic_writes_and_stale_temp_cleanup(tmp_path: Path) -> None:
     assert clean_stale_temps(tmp_path) == 1
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
         ["x.parquet", f".z.parquet.{host}.{os.getpid()}.bbbb.tmp", f".w.parquet.otherhost.{dead.pid}.cccc.tmp"])
+
+
+def test_gpu_of_each_process(monkeypatch) -> None:
+    """torchrun's LOCAL_RANK (or Slurm's SLURM_LOCALID) picks the process's GPU (CUDA faked)."""
+    from robustbench_pid import device as dev
+
+    picked = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 8)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "set_device", lambda i: picked.append(i))
+    for k in ("LOCAL_RANK", "SLURM_LOCALID"):
+        monkeypatch.delenv(k, raising=False)
+    assert dev.pick_device("auto") == torch.device("cuda", 0)
+    monkeypatch.setenv("SLURM_LOCALID", "2")
+    assert dev.pick_device("auto") == torch.device("cuda", 2)
+    monkeypatch.setenv("LOCAL_RANK", "3")
+    assert dev.pick_device("auto") == torch.device("cuda", 3) == dev.pick_device("cuda")
+    assert dev.pick_device("cuda:5") == torch.device("cuda", 5)  # explicit index wins
+    assert picked == [0, 2, 3, 3, 5]
+    monkeypatch.setenv("LOCAL_RANK", "8")
+    with pytest.raises(UserError, match="nproc_per_node 8"):
+        dev.pick_device("auto")
