@@ -9,7 +9,7 @@ def eps_label(eps: float) -> str:
     if eps == 0:
         return "0"
     k = round(eps * 255)
-    if k > 0 and abs(k / 255 - eps) < 1e-9:
+    if 0 < eps <= 1 and abs(k / 255 - eps) < 1e-9:  # pixel-scale L-inf budgets; L1/L2 eps stay plain
         return f"{k}/255"
     return f"{eps:g}"
 

@@ -84,7 +84,8 @@ def load_records(path: Union[str, Path], include_incomplete: bool = False) -> pd
         if info.get("status") != "complete" and not include_incomplete:
             if Path(path) == d:
                 raise UserError(f"{d}: run is not complete (status {info.get('status')!r}); re-run the same "
-                                f"command to finish it")
+                                f"command to finish it (sharded runs: `robustbench-pid merge {d}` once every "
+                                f"shard has finished)")
             continue
         if (d / "records.parquet").is_file():
             frames.append(pd.read_parquet(d / "records.parquet"))

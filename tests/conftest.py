@@ -1,12 +1,11 @@
 """Shared fixtures. Tests run on CPU, with few threads, on the embedded digits default."""
 from __future__ import annotations
 
-import os
-
 import pytest
 import torch
 
-torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
+# One thread: on a loaded or oversubscribed machine OpenMP threads spin (docs/performance.md).
+torch.set_num_threads(1)
 
 
 @pytest.fixture(scope="session")

@@ -57,7 +57,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "corruptions=[\"fog\"] for corruptions; values parsed as JSON when possible")
     r = p.add_argument_group("running")
     r.add_argument("--out", type=Path, help="run folder (default: results/<model>_<dataset>_<what>_<protocol>_<hash>)")
-    r.add_argument("--batch-size", type=int, default=128)
+    r.add_argument("--batch-size", type=int, default=128, help="images per batch; 0 = largest that fits (GPU only)")
     r.add_argument("--chunk-size", type=int, default=512, help="samples per work unit (resume granularity)")
     r.add_argument("--seed", type=int, default=0)
     r.add_argument("--device", default="auto")
@@ -166,11 +166,26 @@ def run(args: argparse.Namespace) -> int:
 
     spec = build_spec(args)
     out = run_spec(spec)
+    if spec.dry_run:
+        return 0
     summary_path = out / "summary.csv"
     if not summary_path.is_file():
-        print(f"shard {spec.shard or ''} done; results are in {out} (run `robustbench-pid merge {out}` "
-              f"once every shard has finished)")
+        from ..runner import shard_of
+
+        i, n = shard_of(spec)
+        print(f"shard {i}/{n} done; results are in {out}. The last shard to finish writes the tables; "
+              f"`robustbench-pid merge {out}` checks and assembles them once every shard has finished")
         return 0
     print(format_summary(pd.read_csv(summary_path)))
+    try:
+        from ..diagnostics import diagnose
+
+        findings = diagnose(pd.read_parquet(out / "records.parquet"))
+    except ImportError:
+        findings = []
+    if findings:
+        print("\ngradient-masking diagnostics:")
+        for f in findings:
+            print(f"  - {f.message if hasattr(f, 'message') else f}")
     print(f"\nwrote {out}  (records.parquet, summary.csv, run.json)")
     return 0
