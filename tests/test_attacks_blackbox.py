@@ -35,12 +35,12 @@ def test_spsa_gradient_is_estimated_at_the_current_point(pid_model, batch16):
     x = x[:2]
     y = y[:2]
     point = (x + 0.05 * (2 * torch.rand(x.shape, generator=gen(1)) - 1)).clamp(0, 1)
-    a = make_attack("spsa", n_samples=1024, fd_delta=0.001)
+    a = make_attack("spsa", n_samples=512, fd_delta=0.001)
     est = a.estimate_gradient(pid_model, point, y, gen(2))
     p = point.clone().requires_grad_(True)
     (true,) = torch.autograd.grad(margin(pid_model(p), y).sum(), p)
     cos = torch.nn.functional.cosine_similarity(est.flatten(1), true.flatten(1))
-    assert (cos > 0.25).all(), cos  # ~sqrt(k / (k + d)) = 0.5 expected for an unbiased estimate
+    assert (cos > 0.2).all(), cos  # ~sqrt(k / (k + d)) = 0.38 expected for an unbiased estimate
     # at 2x (the cleverhans bug) the same estimator points somewhere else
     far = a.estimate_gradient(pid_model, (2 * point), y, gen(2))
     cos_far = torch.nn.functional.cosine_similarity(far.flatten(1), true.flatten(1))
@@ -51,7 +51,7 @@ def test_spsa_lowers_accuracy_in_ball_and_reproducible(pid_model, batch16):
     x, y = batch16
     x, y = x[:8], y[:8]
     eps = 16 / 255
-    a = make_attack("spsa", eps=eps, iterations=6, n_samples=8, lr=0.01)
+    a = make_attack("spsa", eps=eps, iterations=8, n_samples=8, lr=0.02)
     xa = a(pid_model, x, y, generator=gen(3))
     _check_linf(x, xa, eps)
     assert _acc(pid_model, xa, y) < _acc(pid_model, x, y) - 0.2

@@ -74,7 +74,7 @@ def test_pgd_equals_a_plain_loop(deit_model, batch32):
 def test_linf_attacks_stay_in_ball_and_range(pid_model, batch32, name):
     x, y = batch32
     eps = 6 / 255
-    xa = make_attack(name, eps=eps)(pid_model, x, y, generator=gen())
+    xa = make_attack(name, eps=eps, **({"steps": 10} if name == "pgd" else {}))(pid_model, x, y, generator=gen())
     assert (xa - x).abs().max().item() <= eps + 1e-6
     assert xa.min().item() >= 0.0 and xa.max().item() <= 1.0
     assert _acc(pid_model, xa, y) < _acc(pid_model, x, y)
@@ -84,7 +84,7 @@ def test_pgd_accuracy_non_increasing_over_eps_grid(deit_model, pid_model, batch3
     x, y = batch32
     for model in (deit_model, pid_model):
         accs = [_acc(model, make_attack("pgd", eps=i / 255, steps=5, random_start=False)(model, x, y, generator=gen()), y)
-                for i in (0, 2, 4, 6)]
+                for i in (0, 3, 6)]
         assert all(b <= a for a, b in zip(accs, accs[1:])), accs
         assert accs[-1] < accs[0]
 
@@ -139,8 +139,8 @@ def test_l1_projection_is_not_a_rescale():
 
 def test_sld_l1_norm_never_exceeds_eps(pid_model, batch32):
     x, y = batch32
-    for eps in (1.0, 5.0, 10.0):
-        xa = make_attack("sld", eps=eps, iterations=8)(pid_model, x, y, generator=gen())
+    for eps in (1.0, 10.0):
+        xa = make_attack("sld", eps=eps, iterations=5)(pid_model, x, y, generator=gen())
         assert (xa - x).flatten(1).abs().sum(1).max().item() <= eps * (1 + 1e-5)
         assert xa.min().item() >= 0 and xa.max().item() <= 1
 
@@ -206,12 +206,13 @@ def test_margin_is_right_for_negative_logits():
 
 def test_cw_lowers_accuracy_within_l2_budget(pid_model, batch32):
     x, y = batch32
+    x, y = x[:16], y[:16]
     eps = 1.0
-    xa = make_attack("cw", eps=eps, steps=30, search_steps=3)(pid_model, x, y, generator=gen())
+    xa = make_attack("cw", eps=eps, steps=15, search_steps=2, c_init=1.0)(pid_model, x, y, generator=gen())
     norms = (xa - x).flatten(1).norm(dim=1)
     assert norms.max().item() <= eps + 1e-5
     assert xa.min().item() >= 0 and xa.max().item() <= 1
     assert _acc(pid_model, xa, y) < 0.5 * _acc(pid_model, x, y)
     # a zero budget leaves the images alone
-    x0 = make_attack("cw", eps=1e-4, steps=5, search_steps=1)(pid_model, x, y, generator=gen())
+    x0 = make_attack("cw", eps=1e-4, steps=3, search_steps=1)(pid_model, x, y, generator=gen())
     assert torch.equal(x0, x)
