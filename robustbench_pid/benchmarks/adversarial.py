@@ -116,6 +116,9 @@ class Adversarial(Benchmark):
                 ctx.advance(len(y))
                 continue
             grad_zero = torch.zeros(len(y), dtype=torch.bool)
+            # None when the attack does not report it (black box, or a library attack such as
+            # AutoAttack whose gradients we do not see): "no zero gradients" would be a claim
+            gz_known = False
             if paper:
                 net = ctx.model.net
                 z = ctx.model.normalize(x)
@@ -126,7 +129,7 @@ class Adversarial(Benchmark):
                     adv_logits = net(z_adv).float()
                 attacked = torch.ones(len(y), dtype=torch.bool)
                 if "grad_zero" in attack.stats:
-                    grad_zero = attack.stats["grad_zero"]
+                    grad_zero, gz_known = attack.stats["grad_zero"], True
             else:
                 attacked = c5.clone() if attack.worst_case else torch.ones_like(c5)
                 x_adv = x.clone()
@@ -136,6 +139,7 @@ class Adversarial(Benchmark):
                         x_adv[sel] = attack(ctx.model, x[sel], y[sel], bounds=(0.0, 1.0), generator=gen)
                     if "grad_zero" in attack.stats:
                         grad_zero[sel.cpu()] = attack.stats["grad_zero"]
+                        gz_known = True
                 x_adv_pixels = x_adv
                 with torch.inference_mode():
                     adv_logits = model(x_adv).float()
@@ -146,7 +150,7 @@ class Adversarial(Benchmark):
             delta = (x_adv_pixels - x).flatten(1)
             rec.update(pred=adv_logits.argmax(1).cpu().numpy(), correct_top1=a1.cpu().numpy(),
                        correct_top5=a5.cpu().numpy(), attacked=attacked.numpy(),
-                       grad_zero=grad_zero.numpy() if attack.uses_gradients else None,
+                       grad_zero=grad_zero.numpy() if attack.uses_gradients and gz_known else None,
                        pert_linf=delta.abs().amax(1).cpu().numpy(),
                        pert_l2=delta.norm(dim=1).cpu().numpy(), pert_l1=delta.abs().sum(1).cpu().numpy())
             rows.append(pd.DataFrame(rec))
