@@ -77,13 +77,23 @@ class SPSA(Attack):
     @torch.no_grad()
     def estimate_gradient(self, model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor,
                           generator: torch.Generator) -> torch.Tensor:
-        """SPSA estimate of the margin's gradient at ``x`` itself (the current point, not 2x)."""
+        """SPSA estimate of the margin's gradient at ``x`` itself (the current point, not 2x).
+
+        Samples are processed in chunks of ``max_batch // (2 * n_samples)`` so the probe tensors stay
+        small; the directions are drawn chunk after chunk from the same generator.
+        """
         n, shape, k = len(x), x.shape[1:], self.n_samples
-        v = torch.randint(0, 2, (n, k, *shape), generator=generator, device=x.device).to(x.dtype) * 2 - 1
-        probes = x[:, None] + self.fd_delta * torch.cat([v, -v], 1)  # (n, 2k, ...)
-        losses = margin(self._forward(model, probes.reshape(-1, *shape)), y.repeat_interleave(2 * k)).view(n, 2 * k)
-        diff = (losses[:, :k] - losses[:, k:]) / (2 * self.fd_delta)  # (n, k)
-        return (diff.view(n, k, *([1] * len(shape))) * v).mean(1)
+        per = max(1, self.max_batch // (2 * k))
+        out = torch.empty_like(x)
+        for s in range(0, n, per):
+            xs, ys = x[s:s + per], y[s:s + per]
+            m = len(xs)
+            v = torch.randint(0, 2, (m, k, *shape), generator=generator, device=x.device).to(x.dtype) * 2 - 1
+            probes = xs[:, None] + self.fd_delta * torch.cat([v, -v], 1)  # (m, 2k, ...)
+            losses = margin(self._forward(model, probes.reshape(-1, *shape)), ys.repeat_interleave(2 * k)).view(m, 2 * k)
+            diff = (losses[:, :k] - losses[:, k:]) / (2 * self.fd_delta)  # (m, k)
+            out[s:s + m] = (diff.view(m, k, *([1] * len(shape))) * v).mean(1)
+        return out
 
     @torch.no_grad()
     def perturb(self, model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, bounds: Bounds,
