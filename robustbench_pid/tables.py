@@ -647,6 +647,16 @@ def paper_tables(data: Any, *, models: Optional[Sequence[str]] = None, dataset: 
     return tables
 
 
+def _same_protocol(sub: pd.DataFrame, proto: str, label: str, notes: List[str]) -> pd.DataFrame:
+    """Rows of this protocol, else (clean evaluations: the attack protocol does not apply) any, noted."""
+    if (sub["protocol"] == proto).any():
+        return sub[sub["protocol"] == proto]
+    others = sorted(set(sub["protocol"]) - {proto})
+    if others and proto:
+        notes.append(f"{label}: from {'/'.join(others)}-protocol runs (no attack involved)")
+    return sub
+
+
 def _paper_table(df: pd.DataFrame, inp: Inputs, order: List[str], ds: str, proto: str,
                  chosen: Mapping[str, float], compare: bool, n_boot: int, seed: int,
                  only_base: bool) -> Optional[Table]:
@@ -694,7 +704,7 @@ def _paper_table(df: pd.DataFrame, inp: Inputs, order: List[str], ds: str, proto
             if (sub["attack"] == "clean").any():
                 sub = sub[sub["attack"] == "clean"]
             if not sub.empty:
-                sub = sub[sub["protocol"] == proto] if (sub["protocol"] == proto).any() else sub
+                sub = _same_protocol(sub, proto, label, notes)
                 rows.append((label, "top1", {r["label"]: r for r in sub.to_dict("records")}))
     for metrics, label_in, label_out in ((CORRUPTION_METRICS, "ImageNet-C", f"{ds}-C"), (("aupr",), "ImageNet-O", f"{ds} OOD")):
         dsets = [ds, "imagenet-c" if "mce" in metrics else "imagenet-o"] if (ds == "imagenet" or only_base) else [ds]
@@ -703,7 +713,8 @@ def _paper_table(df: pd.DataFrame, inp: Inputs, order: List[str], ds: str, proto
             continue
         metric = next(m for m in metrics if (sub["metric"] == m).any())  # mCE when a CE baseline exists
         sub = sub[sub["metric"] == metric]
-        sub = sub[sub["protocol"] == proto] if (sub["protocol"] == proto).any() else sub
+        row_label = label_in if (ds == "imagenet" or sub["dataset"].str.startswith("imagenet").all()) else label_out
+        sub = _same_protocol(sub, proto, row_label, notes)
         if sub.duplicated("label").any():  # e.g. mCE of several corruption sets: keep one per model
             sub = sub.sort_values("n", kind="stable").drop_duplicates("label", keep="last")
         is_in = ds == "imagenet" or (sub["dataset"].str.startswith("imagenet")).all()
