@@ -8,6 +8,7 @@ their run folder, resume from each other and give identical records.
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Union
 
@@ -87,5 +88,5 @@ def evaluate(model: str, attack: Union[None, str, Sequence[str]] = None, eps: Ep
         raise UserError(f"{out}: this process computed only its shard; merge the shards, then "
                         f"rbp.load_results({str(out)!r})")
     df = load_results(out)
-    df.attrs["run_dir"] = str(out)
+    df.attrs["run_dir"] = os.path.abspath(out)  # still valid if the notebook changes directory
     return df
