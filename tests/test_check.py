@@ -121,3 +121,24 @@ def test_bad_input_is_a_clear_error(results, tmp_path, capsys):
     dup.to_csv(p, index=False)
     assert main(["check", str(p), "--baseline", str(path)]) == 2
     assert "sharing a key" in capsys.readouterr().err
+
+
+def test_committed_smoke_baseline_covers_the_smoke_suite():
+    """results/baselines/smoke-digits.csv must match attacks/smoke.toml (regenerate it when the suite changes:
+    see docs/results.md)."""
+    from pathlib import Path
+
+    from robustbench_pid.suites import load_suite
+
+    path = Path(__file__).resolve().parents[1] / "results" / "baselines" / "smoke-digits.csv"
+    base = read_baseline(path)
+    assert set(base["model"]) == {"deit", "pid_deit"}
+    assert set(base["dataset"]) == {"digits"} and set(base["protocol"]) == {"standard"}
+    assert (base["n"] == 360).all()  # the full embedded test set
+    suite = {(a.attack, round(float(a.params["eps"]), 10)) for a in load_suite("smoke")["attacks"]}
+    for model in ("deit", "pid_deit"):
+        rows = base[(base["model"] == model) & (base["metric"] == "top1")]
+        have = {(a, round(float(e), 10)) for a, e in zip(rows["attack"], rows["eps"])}
+        assert suite <= have, f"baseline lacks {sorted(suite - have)} for {model}: regenerate it"
+        assert ("clean", 0.0) in have
+    assert base[base["metric"] == "top1"]["value"].between(0, 100).all()

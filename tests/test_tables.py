@@ -211,3 +211,20 @@ def test_long_wide_and_formats(synth):
     assert csv.splitlines()[0].startswith("table,Attack,Metric,pid,softmax")
     with pytest.raises(UserError, match="layout"):
         tables(rec, layout="fancy")
+
+
+def test_table_cli_writes_each_format(synth, tmp_path, capsys):
+    from robustbench_pid.cli import main
+
+    tidy, _ = synth
+    csv = tmp_path / "results.csv"
+    tidy.to_csv(csv, index=False)
+    out = tmp_path / "t.tex"
+    assert main(["table", str(csv), "--format", "latex", "--models", "softmax,pid", "-o", str(out)]) == 0
+    tex = out.read_text()
+    assert tex.count(r"\begin{tabular}") == 1 and "ImageNet-C & mCE ($\\downarrow$) & 71.20 & 68.41 & -2.79 & n/a" in tex
+    assert main(["table", str(csv), "--layout", "wide", "--format", "csv"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1].startswith("dataset,protocol,benchmark,attack,eps,metric,pid,softmax")
+    assert main(["table", str(csv), "--dataset", "cifar"]) == 2
+    assert "dataset 'cifar' not in the results" in capsys.readouterr().err
