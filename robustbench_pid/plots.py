@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from .errors import UserError
-from .tables import ACCURACY_METRICS, EXTRA_LABELS, OOD_DATASETS, as_inputs, dedupe, eps_text, with_labels
+from .tables import ACCURACY_METRICS, EXTRA_LABELS, _attack_norm, OOD_DATASETS, as_inputs, dedupe, eps_text, with_labels
 
 FORMATS = ("png", "svg")
 
@@ -75,7 +75,7 @@ def plot_eps_curves(data: Any, metric: str = "top1", attacks: Optional[Sequence[
     for ax, (attack, ds, proto) in zip(axes, panels):
         sub = att[(att["attack"] == attack) & (att["dataset"] == ds) & (att["protocol"] == proto)]
         clean = df[(df["attack"] == "clean") & (df["dataset"] == ds) & (df["protocol"] == proto)]
-        linf = all("/" in eps_text(e, attack) or e == 0 for e in sub["eps_key"])
+        linf = _attack_norm(attack) == "linf" or all("/" in eps_text(e, attack) or e == 0 for e in sub["eps_key"])
         scale = 255.0 if linf else 1.0
         for m in order:
             s = sub[sub["label"] == m].sort_values("eps_key")
