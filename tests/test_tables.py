@@ -228,3 +228,37 @@ def test_table_cli_writes_each_format(synth, tmp_path, capsys):
     assert lines[1].startswith("dataset,protocol,benchmark,attack,eps,metric,pid,softmax")
     assert main(["table", str(csv), "--dataset", "cifar"]) == 2
     assert "dataset 'cifar' not in the results" in capsys.readouterr().err
+
+
+def test_imagenet_c_mce_bootstrap_uses_alexnet_normalization():
+    from robustbench_pid.imagenet_info import CORRUPTIONS_15
+    from robustbench_pid.metrics import mean_corruption_error
+    from robustbench_pid.tables import corruption_error_matrix, mce_statistic
+
+    rng = np.random.default_rng(2)
+    n = 12
+    rows = []
+    err = {}
+    for m, p_ok in (("a", 0.5), ("b", 0.8)):
+        ok = rng.random((n, len(CORRUPTIONS_15), 5)) < p_ok
+        err[m] = {c: [1 - ok[:, j, s].mean() for s in range(5)] for j, c in enumerate(CORRUPTIONS_15)}
+        for j, c in enumerate(CORRUPTIONS_15):
+            for s in range(5):
+                for i in range(n):
+                    rows.append(dict(run_id=f"r{m}", model=m, checkpoint_sha256=None, dataset="imagenet-c",
+                                     split="val", protocol="standard", benchmark="imagenet_c", attack=c,
+                                     eps=float(s + 1), condition=f"{c}/{s + 1}", sample_id=f"s{i}",
+                                     correct_top1=bool(ok[i, j, s]), correct_top5=True))
+    rec = pd.DataFrame(rows)
+    ids, conds, mat = corruption_error_matrix(rec[rec["model"] == "a"])
+    stat, name = mce_statistic(conds, "imagenet-c")
+    assert name == "mCE (AlexNet-normalized)"
+    assert stat(mat) == pytest.approx(mean_corruption_error(err["a"]))
+    tidy = pd.DataFrame([dict(run_id=f"r{m}", model=m, checkpoint_sha256=None, dataset="imagenet-c",
+                              protocol="standard", benchmark="imagenet_c", attack="corruptions", eps=0.0,
+                              metric="mce", value=mean_corruption_error(err[m]), n=n) for m in ("a", "b")])
+    t = paper_tables(tidy, records=rec, n_boot=200)[0]
+    row = t.frame.iloc[0]
+    assert (row["Attack"], row["Metric"]) == ("ImageNet-C", "mCE (↓)")
+    assert row["Δ b−a"] == f"{mean_corruption_error(err['b']) - mean_corruption_error(err['a']):+.2f}"
+    assert row["p b vs a"].endswith("*")  # 50% vs 80% per-condition accuracy: a clear difference
