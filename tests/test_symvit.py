@@ -212,8 +212,11 @@ def test_zoo_aliases_need_a_checkpoint_and_record_pap_settings(tmp_path: Path) -
     sym = load_model("symvit", str(tmp_path / "sym.safetensors"))
     rpc = load_model("rpc_symvit", str(tmp_path / "sym.safetensors"))
     rpc0 = load_model("rpc_symvit", str(tmp_path / "sym.safetensors"), pap_iterations=0)
-    assert rpc.info["arch_kwargs"] == {"pap_iterations": 6, "pap_lambda": 4.0, "rpc_layers": "first",
-                                       "pap_convention": "authors"}
+    pap = {"pap_iterations": 6, "pap_lambda": 4.0, "rpc_layers": "first", "pap_convention": "authors"}
+    # the alias's arguments, plus the settings the built model actually carries
+    assert rpc.info["arch_kwargs"] == {**pap, "rpc": pap}
+    assert load_model("rpc_symvit_digits_patch4_32", str(tmp_path / "sym.safetensors")).info["arch_kwargs"]["rpc"][
+        "pap_iterations"] > 0
     assert [b.attn.pap_iterations for b in rpc.net.blocks] == [6, 0, 0, 0]
     x = torch.rand(4, 3, 32, 32)
     with torch.no_grad():
