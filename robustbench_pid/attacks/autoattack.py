@@ -23,7 +23,7 @@ import torch
 
 from . import attacks
 from ._box import to_unit_box
-from .base import Attack, Bounds
+from .base import Attack, Bounds, project_linf
 from .square import rng_devices, seed_from
 
 
@@ -59,4 +59,5 @@ class AutoAttack(Attack):
                 u_adv, _ = aa.run_standard_evaluation(x_in, y, batch_size=max(1, len(x)))
         finally:
             log.setLevel(level)
-        return back(u_adv)
+        # undo the affine map, then remove its float rounding (~1e-8) so the ball holds exactly
+        return project_linf(back(u_adv), x, self.eps, bounds)

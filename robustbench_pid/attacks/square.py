@@ -20,7 +20,7 @@ import torch
 
 from . import attacks
 from ._box import to_unit_box
-from .base import Attack, Bounds
+from .base import Attack, Bounds, project_linf
 
 
 def seed_from(generator: torch.Generator) -> int:
@@ -64,4 +64,5 @@ class Square(Attack):
                           resc_schedule=self.rescale_schedule, device=x.device)
         with torch.random.fork_rng(devices=rng_devices(x)):
             u_adv = sq.perturb(x_in, y)
-        return back(u_adv)
+        # undo the affine map, then remove its float rounding (~1e-8) so the ball holds exactly
+        return project_linf(back(u_adv), x, self.eps, bounds)
