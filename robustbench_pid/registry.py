@@ -8,7 +8,7 @@ from __future__ import annotations
 import difflib
 import importlib
 import pkgutil
-from typing import Callable, Dict, Generic, Iterator, List, TypeVar
+from typing import Callable, Dict, Generic, Iterator, List, Optional, TypeVar
 
 T = TypeVar("T")
 
@@ -21,9 +21,18 @@ class UnknownNameError(KeyError):
 
 
 class Registry(Generic[T]):
-    def __init__(self, kind: str) -> None:
+    """Name -> object. With ``package``, the package's modules are imported (and so register
+    themselves) the first time the registry is read, not when it is created."""
+
+    def __init__(self, kind: str, package: Optional[str] = None) -> None:
         self.kind = kind
         self._items: Dict[str, T] = {}
+        self._package = package
+
+    def _load(self) -> None:
+        if self._package is not None:
+            package, self._package = self._package, None  # first: modules may read the registry
+            discover(package)
 
     def register(self, name: str) -> Callable[[T], T]:
         def deco(obj: T) -> T:
@@ -38,6 +47,7 @@ class Registry(Generic[T]):
         return self.register(name)(obj)
 
     def get(self, name: str) -> T:
+        self._load()
         try:
             return self._items[name]
         except KeyError:
@@ -48,12 +58,15 @@ class Registry(Generic[T]):
             ) from None
 
     def __contains__(self, name: object) -> bool:
+        self._load()
         return name in self._items
 
     def names(self) -> List[str]:
+        self._load()
         return sorted(self._items)
 
     def items(self) -> Iterator[tuple]:
+        self._load()
         return iter(sorted(self._items.items()))
 
 

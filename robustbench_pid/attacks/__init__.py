@@ -7,22 +7,13 @@ from __future__ import annotations
 
 from typing import Any, Dict, Type
 
-from ..registry import Registry, discover
+from ..registry import Registry
 from .base import Attack
 
-attacks: Registry[Type[Attack]] = Registry("attack")
-_done = False
-
-
-def _discover() -> None:
-    global _done
-    if not _done:
-        _done = True
-        discover(__name__)
+attacks: Registry[Type[Attack]] = Registry("attack", package=__name__)
 
 
 def get_attack(name: str) -> Type[Attack]:
-    _discover()
     return attacks.get(name)
 
 
@@ -33,7 +24,6 @@ def make_attack(name: str, **params: Any) -> Attack:
 
 
 def attack_names() -> list:
-    _discover()
     return attacks.names()
 
 

@@ -8,7 +8,7 @@ from typing import Any, Callable, ClassVar, Dict, List
 
 import pandas as pd
 
-from ..registry import Registry, discover
+from ..registry import Registry
 
 
 @dataclass(frozen=True)
@@ -40,22 +40,12 @@ class Benchmark:
         raise NotImplementedError
 
 
-benchmarks: Registry[Callable[[], Benchmark]] = Registry("benchmark")
-_done = False
-
-
-def _discover() -> None:
-    global _done
-    if not _done:
-        _done = True
-        discover(__name__)
+benchmarks: Registry[Callable[[], Benchmark]] = Registry("benchmark", package=__name__)
 
 
 def get_benchmark(name: str) -> Benchmark:
-    _discover()
     return benchmarks.get(name)()
 
 
 def benchmark_names() -> List[str]:
-    _discover()
     return benchmarks.names()

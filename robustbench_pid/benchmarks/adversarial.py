@@ -136,7 +136,8 @@ class Adversarial(Benchmark):
                 sel = attacked.nonzero().squeeze(1)
                 if len(sel):
                     with attack_precision(ctx.device, ctx.spec.precision):
-                        x_adv[sel] = attack(ctx.model, x[sel], y[sel], bounds=(0.0, 1.0), generator=gen)
+                        x_adv[sel] = attack(ctx.attack_model or ctx.model, x[sel], y[sel], bounds=(0.0, 1.0),
+                                            generator=gen)
                     if "grad_zero" in attack.stats:
                         grad_zero[sel.cpu()] = attack.stats["grad_zero"]
                         gz_known = True

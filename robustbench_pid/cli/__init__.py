@@ -33,6 +33,11 @@ def _guard(fn, args) -> int:
     except (UserError, UnknownNameError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # output piped into `head` and friends: not an error
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except KeyboardInterrupt:
         print("interrupted: finished work units are kept; re-run the same command to resume", file=sys.stderr)
         return 130

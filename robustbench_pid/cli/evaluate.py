@@ -177,15 +177,9 @@ def run(args: argparse.Namespace) -> int:
               f"`robustbench-pid merge {out}` checks and assembles them once every shard has finished")
         return 0
     print(format_summary(pd.read_csv(summary_path)))
-    try:
-        from ..diagnostics import diagnose
+    if spec.benchmark == "adversarial" and spec.attacks:
+        from ..diagnostics import diagnose, format_findings
 
-        findings = diagnose(pd.read_parquet(out / "records.parquet"))
-    except ImportError:
-        findings = []
-    if findings:
-        print("\ngradient-masking diagnostics:")
-        for f in findings:
-            print(f"  - {f.message if hasattr(f, 'message') else f}")
+        print("\n" + format_findings(diagnose(pd.read_parquet(out / "records.parquet"))))
     print(f"\nwrote {out}  (records.parquet, summary.csv, run.json)")
     return 0

@@ -23,9 +23,8 @@ def run(a: argparse.Namespace) -> int:
             print(f"{name:12s} norm={cls.norm:5s} {doc}")
             print("    " + ", ".join(f"{k}={v!r}" for k, v in defaults.items()))
     elif a.kind == "datasets":
-        from ..data import datasets, _discover
+        from ..data import datasets
 
-        _discover()
         for name, info in datasets.items():
             print(f"{name:16s} family={info.family:9s} classes={info.num_classes:<5d} {info.description}")
     elif a.kind == "benchmarks":

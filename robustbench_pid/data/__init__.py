@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Optional
 
-from ..registry import Registry, discover
+from ..registry import Registry
 
 
 @dataclass(frozen=True)
@@ -25,11 +25,10 @@ class DatasetInfo:
     factory: Optional[Callable[..., Any]] = field(default=None, compare=False, repr=False)
 
 
-datasets: Registry[DatasetInfo] = Registry("dataset")
+datasets: Registry[DatasetInfo] = Registry("dataset", package=__name__)
 
 
 def dataset_info(name: str) -> DatasetInfo:
-    _discover()
     return datasets.get(name)
 
 
@@ -45,12 +44,3 @@ def load_dataset(name: str, split: str = "test", root: Optional[str] = None,
         raise UserError(f"dataset {name!r} needs --data-root DIR (your local copy; nothing is downloaded)")
     return info.factory(split=split, root=root, model_info=model_info or {}, **options)
 
-
-_done = False
-
-
-def _discover() -> None:
-    global _done
-    if not _done:
-        _done = True
-        discover(__name__)
