@@ -60,7 +60,7 @@ from . import __version__
 from .benchmarks import Unit, get_benchmark
 from .data import dataset_info, load_dataset
 from .device import attack_precision, check_precision, find_batch_size, pick_device, wants_channels_last
-from .errors import UserError
+from .errors import UserError, without_worker_traceback
 from .models import load_model
 from .results import summarize
 from .specs import PROTOCOLS, RunSpec
@@ -124,7 +124,7 @@ class Context:
         self._plan.batches = [idx[i:i + bs] for i in range(0, len(idx), bs)]
         pos = 0
         fmt = torch.channels_last if self.channels_last else torch.contiguous_format
-        for x, y in self.loader():
+        for x, y in without_worker_traceback(self.loader()):  # a bad image in a worker: one-line error
             n = len(y)
             sids = [self.dataset.sample_ids[i] for i in idx[pos:pos + n]]
             pos += n

@@ -236,7 +236,7 @@ def test_unreadable_images_hard_error_or_skipped_and_counted(tmp_path):
 def test_unreadable_image_in_a_worker_gives_the_one_line_message(tmp_path):
     from torch.utils.data import DataLoader
 
-    from robustbench_pid.data.imagenet import without_worker_traceback
+    from robustbench_pid.errors import without_worker_traceback
 
     tree(tmp_path, [WN[0]], per=2, size=(8, 8))
     bad = tmp_path / WN[0] / "img_1.JPEG"

@@ -33,7 +33,7 @@ from torch.utils.data import DataLoader, Dataset
 from ..imagenet_info import ALEXNET_CLEAN_ERR, ALEXNET_MEAN_ERR, CORRUPTIONS_15, SEVERITIES
 from ..metrics import corruption_errors, relative_mean_corruption_error
 from ..results import ID_COLUMNS, accuracy_rows
-from ..data.imagenet import without_worker_traceback
+from ..errors import without_worker_traceback
 from . import Benchmark, Unit, benchmarks
 
 BASELINE_ENV = "ROBUSTBENCH_PID_CE_BASELINE"

@@ -21,7 +21,6 @@ from typing import Any, List
 
 import pandas as pd
 
-from ..data.imagenet import without_worker_traceback
 from . import Benchmark, Unit, benchmarks
 from .corruptions import corruption_rows, predict_records, split_condition
 
@@ -61,7 +60,7 @@ class ImageNetC(Benchmark):
     def run_unit(self, ctx: Any, unit: Unit) -> pd.DataFrame:
         model = ctx.eval_model or ctx.model
         rows = []
-        for x, y, sids in without_worker_traceback(ctx.batches(unit)):
+        for x, y, sids in ctx.batches(unit):
             rec = predict_records(model, x, y, sids)
             name, sev = split_condition(unit.condition)
             rec.update(corruption=name, severity=sev,

@@ -22,7 +22,6 @@ import torch
 
 from ..metrics import ood_detection_metrics
 from ..results import ID_COLUMNS, accuracy_rows
-from ..data.imagenet import without_worker_traceback
 from . import Benchmark, Unit, benchmarks
 from .imagenet_c import condition_units, skipped_rows
 from .restricted import dataset_mask, masked_topk
@@ -44,7 +43,7 @@ class OOD(Benchmark):
         model = ctx.eval_model or ctx.model
         idx = dataset_mask(ctx, self.name)
         rows = []
-        for x, y, sids in without_worker_traceback(ctx.batches(unit)):
+        for x, y, sids in ctx.batches(unit):
             with torch.inference_mode():
                 logits = model(x).float()
             score = -torch.softmax(logits.index_select(1, idx), dim=1).amax(1)

@@ -17,7 +17,6 @@ import pandas as pd
 import torch
 
 from ..results import accuracy_rows
-from ..data.imagenet import without_worker_traceback
 from . import Benchmark, Unit, benchmarks
 
 
@@ -52,7 +51,7 @@ class Restricted(Benchmark):
         model = ctx.eval_model or ctx.model
         idx = dataset_mask(ctx, self.name)
         rows = []
-        for x, y, sids in without_worker_traceback(ctx.batches(unit)):
+        for x, y, sids in ctx.batches(unit):
             with torch.inference_mode():
                 logits = model(x).float()
             top5 = masked_topk(logits, idx, 5)

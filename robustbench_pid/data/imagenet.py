@@ -206,18 +206,6 @@ def load_image(path: Path) -> Any:
                         f"(and count) unreadable images") from None
 
 
-def without_worker_traceback(batches: Iterable[Any]) -> Iterator[Any]:
-    """Re-raise a UserError from a DataLoader worker as the one-line message it started as
-    (torch wraps it with the worker's traceback text)."""
-    try:
-        yield from batches
-    except UserError as exc:
-        msg = str(exc)
-        if "Original Traceback" in msg and "UserError: " in msg:
-            raise UserError(msg.rstrip().rsplit("UserError: ", 1)[1]) from None
-        raise
-
-
 def _readable(path: Path) -> bool:
     try:
         load_image(path)
