@@ -125,6 +125,25 @@ class Attack:
         return grad.detach(), logits.detach()
 
 
+def descend(attack: Attack, model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, x_adv: torch.Tensor,
+            steps: int, update: Any, early_stop: bool, stop_topk: int) -> torch.Tensor:
+    """Iterated gradient steps, ``x_adv[i] <- update(x_adv[i], x[i], grad[i])``, on the samples
+    still correct at top-``stop_topk`` when ``early_stop`` (a broken sample keeps its point)."""
+    active = torch.arange(len(x), device=x.device)
+    for _ in range(steps):
+        if active.numel() == 0:
+            break
+        xa, xo, ya = x_adv[active], x[active], y[active]
+        grad, logits = attack.input_grad(model, xa, ya)
+        if early_stop:
+            alive = still_correct(logits, ya, stop_topk)
+            active, xa, xo, grad = active[alive], xa[alive], xo[alive], grad[alive]
+            if active.numel() == 0:
+                break
+        x_adv[active] = update(xa, xo, grad)
+    return x_adv
+
+
 def margin_loss(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """Summed CW margin: max_{j != y} z_j - z_y (correct for negative logits too)."""
     z_y = logits.gather(1, y[:, None]).squeeze(1)

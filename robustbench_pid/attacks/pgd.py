@@ -17,7 +17,7 @@ from typing import Optional
 import torch
 
 from . import attacks
-from .base import Attack, Bounds, clip, project_linf, still_correct
+from .base import Attack, Bounds, clip, descend, project_linf
 
 
 @attacks.register("pgd")
@@ -48,16 +48,6 @@ class PGD(Attack):
         if self.random_start:
             noise = torch.rand(x.shape, generator=generator, device=x.device, dtype=x.dtype)
             x_adv = clip(x + (2 * noise - 1) * self.eps, bounds)
-        active = torch.arange(len(x), device=x.device)
-        for _ in range(self.steps):
-            if active.numel() == 0:
-                break
-            xa, xo, ya = x_adv[active], x[active], y[active]
-            grad, logits = self.input_grad(model, xa, ya)
-            if self.early_stop:
-                alive = still_correct(logits, ya, self.stop_topk)
-                active, xa, xo, ya, grad = active[alive], xa[alive], xo[alive], ya[alive], grad[alive]
-                if active.numel() == 0:
-                    break
-            x_adv[active] = project_linf(xa + alpha * grad.sign(), xo, self.eps, bounds)
-        return x_adv
+        return descend(self, model, x, y, x_adv, self.steps,
+                       lambda xa, xo, g: project_linf(xa + alpha * g.sign(), xo, self.eps, bounds),
+                       self.early_stop, self.stop_topk)

@@ -12,7 +12,7 @@ from typing import Optional
 import torch
 
 from . import attacks
-from .base import Attack, Bounds, clip, still_correct
+from .base import Attack, Bounds, clip, descend
 
 
 def project_l2(delta: torch.Tensor, eps: float) -> torch.Tensor:
@@ -45,17 +45,9 @@ class PGDL2(Attack):
             d = d / d.flatten(1).norm(dim=1).clamp_min(1e-12).view(view)
             r = torch.rand(len(x), generator=generator, device=x.device, dtype=x.dtype) ** (1.0 / x[0].numel())
             x_adv = clip(x + d * (self.eps * r).view(view), bounds)
-        active = torch.arange(len(x), device=x.device)
-        for _ in range(self.steps):
-            if active.numel() == 0:
-                break
-            xa, xo, ya = x_adv[active], x[active], y[active]
-            grad, logits = self.input_grad(model, xa, ya)
-            if self.early_stop:
-                alive = still_correct(logits, ya, self.stop_topk)
-                active, xa, xo, ya, grad = active[alive], xa[alive], xo[alive], ya[alive], grad[alive]
-                if active.numel() == 0:
-                    break
-            g = grad / grad.flatten(1).norm(dim=1).clamp_min(1e-12).view(view)
-            x_adv[active] = clip(xo + project_l2(xa + alpha * g - xo, self.eps), bounds)
-        return x_adv
+
+        def update(xa: torch.Tensor, xo: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
+            g = g / g.flatten(1).norm(dim=1).clamp_min(1e-12).view(view)
+            return clip(xo + project_l2(xa + alpha * g - xo, self.eps), bounds)
+
+        return descend(self, model, x, y, x_adv, self.steps, update, self.early_stop, self.stop_topk)

@@ -160,28 +160,24 @@ def _gains_from_kwargs(kwargs: Dict[str, Any]) -> PidGains:
     return PidGains(**{n: kwargs.pop(n) for n in names if n in kwargs})
 
 
-def _create_pid(variant: str, pretrained: bool = False, **kwargs: Any) -> PidVisionTransformer:
-    gains = kwargs.pop("gains", None) or _gains_from_kwargs(kwargs)
+def _create(cls: type, variant: str, pretrained: bool = False, **kwargs: Any) -> VisionTransformer:
     return build_model_with_cfg(
-        PidVisionTransformer,
+        cls,
         variant,
         pretrained,
         pretrained_filter_fn=partial(checkpoint_filter_fn, adapt_layer_scale=True),
         feature_cfg=dict(out_indices=3, feature_cls="getter"),
-        gains=gains,
         **kwargs,
     )
+
+
+def _create_pid(variant: str, pretrained: bool = False, **kwargs: Any) -> PidVisionTransformer:
+    gains = kwargs.pop("gains", None) or _gains_from_kwargs(kwargs)
+    return _create(PidVisionTransformer, variant, pretrained, gains=gains, **kwargs)
 
 
 def _create_vit(variant: str, pretrained: bool = False, **kwargs: Any) -> VisionTransformer:
-    return build_model_with_cfg(
-        VisionTransformer,
-        variant,
-        pretrained,
-        pretrained_filter_fn=partial(checkpoint_filter_fn, adapt_layer_scale=True),
-        feature_cfg=dict(out_indices=3, feature_cls="getter"),
-        **kwargs,
-    )
+    return _create(VisionTransformer, variant, pretrained, **kwargs)
 
 
 # --- architectures -------------------------------------------------------------------------
