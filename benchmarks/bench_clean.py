@@ -42,10 +42,9 @@ class Synthetic224(torch.utils.data.Dataset):
 
 
 def register_synthetic(n: int) -> None:
-    from robustbench_pid.data import DatasetInfo, _discover, datasets
+    from robustbench_pid.data import DatasetInfo, datasets
 
-    _discover()
-    if "bench-synthetic224" not in datasets:
+    if "bench-synthetic224" not in datasets:  # (reading the registry imports the dataset modules first)
         datasets.add("bench-synthetic224", DatasetInfo(
             "bench-synthetic224", "imagenet", 1000, "benchmark only: random uint8 images",
             factory=lambda split, root, model_info, **_: Synthetic224(n)))
