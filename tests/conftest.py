@@ -35,3 +35,14 @@ def digits_batch(digits_test):
     x = digits_test.images[:64].clone()
     y = digits_test.labels[:64].clone()
     return x, y
+
+
+def small_pgd_spec(out, limit: int, **kw):
+    """A small sharded/resumable workload: PGD-5 at 2/255 and 4/255 on the first ``limit`` digits,
+    in chunks of 10 (so there are many units to interrupt, shard and merge)."""
+    from robustbench_pid.specs import AttackSpec, RunSpec
+
+    attacks = [AttackSpec("pgd", {"eps": e / 255, "steps": 5, "step_size": None, "step_size_factor": None,
+                                  "random_start": True, "early_stop": True, "stop_topk": 5}) for e in (2, 4)]
+    return RunSpec(model="pid_deit", attacks=attacks, limit=limit, chunk_size=10, batch_size=16, out=out,
+                   quiet=True, **kw)

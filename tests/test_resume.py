@@ -16,17 +16,16 @@ import pytest
 import torch
 
 from robustbench_pid.runner import Claims, IncompleteRun, merge, run
-from robustbench_pid.specs import AttackSpec, RunSpec
+from robustbench_pid.specs import RunSpec
+
+from conftest import small_pgd_spec
 
 ARGS = ["--model", "pid_deit", "--attack", "pgd", "--eps", "2/255,4/255", "--steps", "5", "--limit", "80",
         "--chunk-size", "10", "--batch-size", "16", "--quiet"]
 
 
 def spec(out: Path, **kw) -> RunSpec:
-    attacks = [AttackSpec("pgd", {"eps": e / 255, "steps": 5, "step_size": None, "step_size_factor": None,
-                                  "random_start": True, "early_stop": True, "stop_topk": 5}) for e in (2, 4)]
-    return RunSpec(model="pid_deit", attacks=attacks, limit=80, chunk_size=10, batch_size=16, out=out,
-                   quiet=True, **kw)
+    return small_pgd_spec(out, 80, **kw)
 
 
 @pytest.fixture

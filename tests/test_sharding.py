@@ -16,7 +16,9 @@ import torch
 from robustbench_pid.cli import main as cli_main
 from robustbench_pid.errors import UserError
 from robustbench_pid.runner import IncompleteRun, merge, run, shard_of
-from robustbench_pid.specs import AttackSpec, RunSpec
+from robustbench_pid.specs import RunSpec
+
+from conftest import small_pgd_spec
 
 TORCHRUN = Path(sys.executable).parent / "torchrun"
 ARGS = ["--model", "pid_deit", "--attack", "pgd", "--eps", "2/255,4/255", "--steps", "5", "--limit", "60",
@@ -24,10 +26,7 @@ ARGS = ["--model", "pid_deit", "--attack", "pgd", "--eps", "2/255,4/255", "--ste
 
 
 def spec(out: Path, **kw) -> RunSpec:
-    attacks = [AttackSpec("pgd", {"eps": e / 255, "steps": 5, "step_size": None, "step_size_factor": None,
-                                  "random_start": True, "early_stop": True, "stop_topk": 5}) for e in (2, 4)]
-    return RunSpec(model="pid_deit", attacks=attacks, limit=60, chunk_size=10, batch_size=16, out=out,
-                   quiet=True, **kw)
+    return small_pgd_spec(out, 60, **kw)
 
 
 @pytest.fixture(autouse=True)

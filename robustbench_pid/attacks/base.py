@@ -165,16 +165,21 @@ def still_correct(logits: torch.Tensor, y: torch.Tensor, topk: int) -> torch.Ten
     return (logits.topk(k, dim=1).indices == y[:, None]).any(1)
 
 
+def _finite_float(value: Any) -> float:
+    """A float setting: a number or an "a/b" string; booleans and non-finite values are refused."""
+    if isinstance(value, bool):
+        raise ValueError
+    v = parse_eps(value) if isinstance(value, str) else float(value)
+    if not math.isfinite(v):
+        raise ValueError
+    return v
+
+
 def _coerce(attack: str, key: str, value: Any, typ: Any, loc: str) -> Any:
     t = typ if isinstance(typ, str) else getattr(typ, "__name__", str(typ))
     try:
         if t == "float":
-            if isinstance(value, bool):
-                raise ValueError
-            v = parse_eps(value) if isinstance(value, str) else float(value)
-            if not math.isfinite(v):
-                raise ValueError
-            return v
+            return _finite_float(value)
         if t == "int":
             if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
                 raise ValueError
@@ -190,14 +195,7 @@ def _coerce(attack: str, key: str, value: Any, typ: Any, loc: str) -> Any:
         if t == "str":
             return str(value)
         if t.startswith("Optional[float]"):
-            if value in (None, "none", "None"):
-                return None
-            if isinstance(value, bool):
-                raise ValueError
-            v = parse_eps(value) if isinstance(value, str) else float(value)
-            if not math.isfinite(v):
-                raise ValueError
-            return v
+            return None if value in (None, "none", "None") else _finite_float(value)
     except (ValueError, TypeError, UserError):
         raise UserError(f"{loc}attack {attack!r}: setting {key!r} must be a {t}, got {value!r}") from None
     return value
