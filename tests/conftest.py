@@ -46,3 +46,11 @@ def small_pgd_spec(out, limit: int, **kw):
                                   "random_start": True, "early_stop": True, "stop_topk": 5}) for e in (2, 4)]
     return RunSpec(model="pid_deit", attacks=attacks, limit=limit, chunk_size=10, batch_size=16, out=out,
                    quiet=True, **kw)
+
+
+@pytest.fixture
+def one_thread():
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)  # subprocesses run with OMP_NUM_THREADS=1: same kernels, same floats
+    yield
+    torch.set_num_threads(n)

@@ -28,14 +28,6 @@ def spec(out: Path, **kw) -> RunSpec:
     return small_pgd_spec(out, 80, **kw)
 
 
-@pytest.fixture
-def one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)  # subprocesses run with OMP_NUM_THREADS=1: same kernels, same floats
-    yield
-    torch.set_num_threads(n)
-
-
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory) -> pd.DataFrame:
     n = torch.get_num_threads()
