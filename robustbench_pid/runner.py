@@ -58,6 +58,7 @@ from torch.utils.data import DataLoader
 
 from . import __version__
 from .benchmarks import Unit, get_benchmark
+from .conditions import add_identity
 from .data import dataset_info, load_dataset
 from .device import attack_precision, check_precision, find_batch_size, pick_device, wants_channels_last
 from .errors import UserError, without_worker_traceback
@@ -858,6 +859,8 @@ def finalize_run(out: Path, expected_plan: Optional[str] = None) -> pd.DataFrame
                                 f".json and re-run the command to recompute {unit_label(u)}") from None
         check_records(units, frames, plan["sample_ids"])
         records = pd.concat(frames, ignore_index=True)
+        # each record says what was measured: precision and the condition's identity (conditions.py)
+        records = add_identity(records.assign(precision=str(plan["provenance"].get("precision") or "fp32")))
         write_parquet_atomic(records, out / "records.parquet")
         summary = summarize(records)
         metas = [_read_json(units_dir / f"{u.key}.json") or {} for u in units]

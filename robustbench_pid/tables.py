@@ -173,9 +173,12 @@ def with_labels(results: pd.DataFrame) -> pd.DataFrame:
     """Adds ``label`` (the model name, plus the checkpoint hash when one name has several) and ``eps_key``."""
     df = results.copy()
     for col, default in (("dataset", ""), ("protocol", ""), ("benchmark", ""), ("condition", ""), ("n", np.nan),
-                         ("ci_low", np.nan), ("ci_high", np.nan), ("run_id", ""), ("checkpoint_sha256", None)):
+                         ("ci_low", np.nan), ("ci_high", np.nan), ("run_id", ""), ("checkpoint_sha256", None),
+                         ("settings_id", ""), ("setting", ""), ("samples_id", "")):
         if col not in df.columns:
             df[col] = default
+    for col in ("settings_id", "setting", "samples_id"):  # tidy CSVs from before settings were recorded
+        df[col] = df[col].astype("string").fillna("").astype(str)
     df["eps"] = pd.to_numeric(df["eps"], errors="coerce").fillna(0.0).astype(float)
     df["eps_key"] = df["eps"].round(EPS_DECIMALS)
     df["condition"] = df["condition"].astype("string").fillna("").astype(str)
@@ -187,19 +190,28 @@ def with_labels(results: pd.DataFrame) -> pd.DataFrame:
     return df
 
 
-KEY = ["label", "dataset", "protocol", "benchmark", "attack", "eps_key", "metric", "condition"]
+# one cell per key: the settings are part of it, so different attacks are never merged into one cell
+KEY = ["label", "dataset", "protocol", "benchmark", "attack", "eps_key", "settings_id", "metric", "condition"]
 
 
 def dedupe(df: pd.DataFrame) -> Tuple[pd.DataFrame, List[str]]:
-    """One row per key: when several runs hold the same number, keep the one with the most samples."""
+    """One row per key: when several runs hold the same condition (same settings), keep the one
+    with the most samples (then the last run id), and say which run was shown and why."""
     notes: List[str] = []
     dup = df.duplicated(KEY, keep=False)
-    if dup.any():
-        n_keys = df[dup].drop_duplicates(KEY).shape[0]
-        notes.append(f"{n_keys} result(s) appear in several runs; each shows the run with the most samples "
-                     f"(then the last run id)")
     out = (df.assign(_n=df["n"].fillna(-1)).sort_values(["_n", "run_id"], kind="stable")
            .drop_duplicates(KEY, keep="last").drop(columns="_n"))
+    if dup.any():
+        shown: Dict[Tuple[str, str], List[str]] = {}
+        kept = out.set_index(KEY)["run_id"]
+        for key, g in df[dup].groupby(KEY, sort=False, dropna=False):
+            runs = sorted(set(g["run_id"].astype(str)))
+            what = f"{key[0]} {key[4]}" + (f" {eps_text(key[5], key[4])}" if key[5] else "")
+            pick = str(kept.loc[key]) if key in kept.index else ""
+            shown.setdefault((pick, ", ".join(r for r in runs if r != pick)), []).append(what)
+        for (pick, others), whats in shown.items():
+            notes.append(f"{', '.join(dict.fromkeys(whats))}: identical settings in several runs; shown from "
+                         f"run {pick} (most samples, then the last run id), not from {others}")
     return out, notes
 
 
@@ -249,6 +261,8 @@ def _records_for(records: pd.DataFrame, row: Mapping[str, Any]) -> pd.DataFrame:
             m &= records[col] == row[col]
     if "eps" in records.columns and not aggregate:
         m &= records["eps"].astype(float).round(EPS_DECIMALS) == row["eps_key"]
+    if "settings_id" in records.columns and row.get("settings_id") and not aggregate:
+        m &= records["settings_id"] == row["settings_id"]
     out = records[m]
     if out.empty and row.get("attack") == "worst-case":  # derived at summary time: derive it per sample too
         try:
@@ -259,7 +273,8 @@ def _records_for(records: pd.DataFrame, row: Mapping[str, Any]) -> pd.DataFrame:
         wc = worst_case_records(run)
         if wc.empty:
             return wc
-        return wc[wc["eps"].astype(float).round(EPS_DECIMALS) == row["eps_key"]]
+        wc = wc[wc["eps"].astype(float).round(EPS_DECIMALS) == row["eps_key"]]
+        return wc[wc["settings_id"] == row["settings_id"]] if row.get("settings_id") else wc
     return out
 
 
@@ -345,14 +360,22 @@ class Comparison:
 
 def compare_rows(ra: Mapping[str, Any], rb: Mapping[str, Any], records: Optional[pd.DataFrame],
                  n_boot: int = 1000, seed: int = 0) -> Comparison:
-    """Delta (B - A) and a paired p-value for one metric of two models."""
-    delta = float(rb["value"]) - float(ra["value"])
+    """Delta (B - A) and a paired p-value for one metric of two models, on the samples both have.
+
+    Only cells of one condition are compared (callers pass rows with equal ``settings_id``); with
+    per-sample records Δ is recomputed on the shared samples, without them it is the difference
+    of the two values only when both were computed on the same sample set."""
+    delta: Optional[float] = float(rb["value"]) - float(ra["value"])
     metric = ra["metric"]
-    if records is None:
-        return Comparison(delta, None, "", note="no per-sample records (pass run folders, not tidy tables)")
+    same_samples = bool(ra.get("samples_id")) and ra.get("samples_id") == rb.get("samples_id")
+    unknown_samples = not ra.get("samples_id") or not rb.get("samples_id")
+    if records is None or _records_for(records, ra).empty or _records_for(records, rb).empty:
+        if not (same_samples or unknown_samples):
+            return Comparison(None, None, "", note="different sample sets and no per-sample records to pair them")
+        why = "no per-sample records (pass run folders, not tidy tables)" if records is None else \
+            "no per-sample records in the inputs"
+        return Comparison(delta, None, "", note=why)
     rec_a, rec_b = _records_for(records, ra), _records_for(records, rb)
-    if rec_a.empty or rec_b.empty:
-        return Comparison(delta, None, "", note="no per-sample records in the inputs")
     if metric in ACCURACY_METRICS:
         col = f"correct_{metric}"
         if col not in rec_a.columns:
@@ -361,6 +384,7 @@ def compare_rows(ra: Mapping[str, Any], rb: Mapping[str, Any], records: Optional
         if pr.empty:
             return Comparison(delta, None, "", note="the two runs share no samples")
         res = mcnemar_exact(pr[f"{col}_a"].astype(bool), pr[f"{col}_b"].astype(bool))
+        delta = 100.0 * (float(pr[f"{col}_b"].astype(bool).mean()) - float(pr[f"{col}_a"].astype(bool).mean()))
         return Comparison(delta, res.pvalue, "McNemar exact", len(pr))
     if metric in CORRUPTION_METRICS:
         ea, eb = corruption_error_matrix(rec_a), corruption_error_matrix(rec_b)
@@ -375,6 +399,7 @@ def compare_rows(ra: Mapping[str, Any], rb: Mapping[str, Any], records: Optional
         B = pd.DataFrame(eb[2], index=eb[0], columns=eb[1]).loc[ids, conds].to_numpy()
         stat, name = mce_statistic(conds, str(ra["dataset"]), metric)
         res = paired_bootstrap(stat, A, B, n_boot=n_boot, seed=seed)
+        delta = float(stat(B)) - float(stat(A))
         return Comparison(delta, res.pvalue, f"paired bootstrap ({name})", len(ids), p_floor=1.0 / n_boot)
     if metric == "aupr":
         oa, ob = ood_arrays(rec_a), ood_arrays(rec_b)
@@ -386,6 +411,7 @@ def compare_rows(ra: Mapping[str, Any], rb: Mapping[str, Any], records: Optional
         if pr.empty:
             return Comparison(delta, None, "", note="AUPR: the two runs share no samples")
         lab = pr["ood_a"].to_numpy().astype(bool)
+        delta = _aupr(pr["score_b"].to_numpy(), lab) - _aupr(pr["score_a"].to_numpy(), lab)  # both in percent
         res = paired_bootstrap(_aupr, (pr["score_a"].to_numpy(), lab), (pr["score_b"].to_numpy(), lab),
                                n_boot=n_boot, seed=seed, strata=lab)
         return Comparison(delta, res.pvalue, "paired bootstrap (AUPR)", len(pr), p_floor=1.0 / n_boot)
@@ -425,7 +451,7 @@ def compare_models(data: Any, models: Optional[Sequence[str]] = None, records: O
     df, _ = dedupe(with_labels(inp.results))
     order = model_order(df, models)
     rows = []
-    cond = ["dataset", "protocol", "benchmark", "attack", "eps_key", "metric", "condition"]
+    cond = ["dataset", "protocol", "benchmark", "attack", "eps_key", "settings_id", "metric", "condition"]
     for a, b in combinations(order, 2):
         da = df[df["label"] == a].set_index(cond)
         db = df[df["label"] == b].set_index(cond)
@@ -434,7 +460,8 @@ def compare_models(data: Any, models: Optional[Sequence[str]] = None, records: O
             ra.update(dict(zip(cond, key)))
             rb.update(dict(zip(cond, key)))
             c = compare_rows(ra, rb, inp.records, n_boot=n_boot, seed=seed)
-            rows.append({**dict(zip(cond, key)), "model_a": a, "model_b": b, "value_a": ra["value"],
+            rows.append({**dict(zip(cond, key)), "setting": ra.get("setting", ""), "model_a": a, "model_b": b,
+                         "value_a": ra["value"],
                          "value_b": rb["value"], "delta": c.delta, "test": c.test, "n_paired": c.n,
                          "pvalue": c.pvalue, "p_floor": c.p_floor,
                          "significant": (c.pvalue is not None and c.pvalue < 0.05),
@@ -657,6 +684,50 @@ def _same_protocol(sub: pd.DataFrame, proto: str, label: str, notes: List[str]) 
     return sub
 
 
+def split_by_settings(sub: pd.DataFrame, text: str, label: str, attack: str,
+                      notes: List[str]) -> List[Tuple[str, pd.DataFrame]]:
+    """The rows of one attack row split by ``settings_id``: one (row label, rows) per setting.
+
+    With one setting the label stays and ``notes`` says which settings the row shows; with
+    several, each row label adds the settings that differ (e.g. ``steps 2`` / ``steps 20``)."""
+    from .conditions import settings_diff
+
+    ids = list(dict.fromkeys(sub["settings_id"]))
+    if attack == "clean":
+        return [(text, sub)]
+    first = sub.drop_duplicates("settings_id").set_index("settings_id")
+    if len(ids) == 1:
+        setting = str(first["setting"].iloc[0])
+        if setting:
+            notes.append(f"{label} = {setting}")
+        return [(text, sub)]
+    raw = {i: str(first.loc[i, "settings"]) if "settings" in first.columns else "" for i in ids}
+    differing: List[str] = []
+    for i in ids[1:]:
+        for d in settings_diff(raw[ids[0]], raw[i]):
+            k = d.split(":", 1)[0]
+            if k not in differing:
+                differing.append(k)
+    out = []
+    for i in ids:
+        flat = _flat_settings(raw[i])
+        tag = ", ".join(f"{k} {flat.get(k, '(unset)')}" for k in differing) or str(first.loc[i, "setting"]) or i
+        out.append((f"{text} · {tag}", sub[sub["settings_id"] == i]))
+        notes.append(f"{label} · {tag} = {first.loc[i, 'setting'] or i}")
+    return out
+
+
+def _flat_settings(settings: str) -> Dict[str, str]:
+    import json
+
+    from .conditions import _flatten, _show
+
+    try:
+        return {k: _show(v) for k, v in _flatten(json.loads(settings)).items()}
+    except (TypeError, ValueError):
+        return {}
+
+
 def _paper_table(df: pd.DataFrame, inp: Inputs, order: List[str], ds: str, proto: str,
                  chosen: Mapping[str, float], compare: bool, n_boot: int, seed: int,
                  only_base: bool) -> Optional[Table]:
@@ -674,7 +745,8 @@ def _paper_table(df: pd.DataFrame, inp: Inputs, order: List[str], ds: str, proto
     known = [a for a, _ in PAPER_ATTACKS]
     extra = sorted((a for a in attacks_present if a not in known and a != "clean"),
                    key=lambda a: (a == "worst-case", a))  # the worst case over attacks comes last
-    eps_notes = []
+    eps_notes: List[str] = []
+    setting_notes: List[str] = []
     for attack, label in PAPER_ATTACKS + [(a, EXTRA_LABELS.get(a, a.upper() if len(a) <= 5 else a)) for a in extra]:
         sub = acc[acc["attack"] == attack]
         if sub.empty:
@@ -693,10 +765,12 @@ def _paper_table(df: pd.DataFrame, inp: Inputs, order: List[str], ds: str, proto
             if len(allp) > 1:
                 eps_notes.append(f"{label}: eps {eps_text(e, attack)} ({why}; present: "
                                  f"{', '.join(eps_text(x, attack) for x in allp)})")
-        for metric in ACCURACY_METRICS:
-            cells = {m: r for m, r in ((r["label"], r) for r in sub[sub["metric"] == metric].to_dict("records"))}
-            if cells:
-                rows.append((text, metric, cells))
+        # cells with different settings never share a row (nor a Δ): one row per setting
+        for row_text, ss in split_by_settings(sub, text, label, attack, setting_notes):
+            for metric in ACCURACY_METRICS:
+                cells = {m: r for m, r in ((r["label"], r) for r in ss[ss["metric"] == metric].to_dict("records"))}
+                if cells:
+                    rows.append((row_text, metric, cells))
     # ImageNet-A/-R (top-1), -C (mCE), -O (AUPR)
     if ds == "imagenet" or only_base:
         for name, label in (("imagenet-a", "ImageNet-A"), ("imagenet-r", "ImageNet-R")):
@@ -776,6 +850,7 @@ def _paper_table(df: pd.DataFrame, inp: Inputs, order: List[str], ds: str, proto
                 by_note[note].append(lab)
         notes += [f"p n/a for {', '.join(labs)}: {note}" for note, labs in by_note.items()]
     notes += [f"eps per attack row: {'; '.join(eps_notes)}"] if eps_notes else []
+    notes += [f"settings: {'; '.join(setting_notes)}"] if setting_notes else []
     title = f"{ds} · {proto} protocol" if proto else ds
     return Table(pd.DataFrame(out, columns=cols), title, notes)
 
@@ -784,12 +859,12 @@ def long_table(data: Any, records: Optional[pd.DataFrame] = None) -> Table:
     """One line per (model, dataset, protocol, benchmark, attack, eps, metric)."""
     inp = as_inputs(data, records)
     df, notes = dedupe(with_labels(inp.results))
-    df = df.sort_values(["label", "dataset", "protocol", "benchmark", "attack", "eps_key", "metric", "condition"],
-                        kind="stable")
+    df = df.sort_values(["label", "dataset", "protocol", "benchmark", "attack", "eps_key", "setting", "metric",
+                         "condition"], kind="stable")
     out = pd.DataFrame({
         "model": df["label"], "dataset": df["dataset"], "protocol": df["protocol"], "benchmark": df["benchmark"],
         "attack": df["attack"], "eps": [eps_text(e, a) for e, a in zip(df["eps"], df["attack"])],
-        "metric": df["metric"], "value": [fmt_value(v) for v in df["value"]],
+        "setting": df["setting"], "metric": df["metric"], "value": [fmt_value(v) for v in df["value"]],
         "ci_low": [fmt_value(v) if pd.notna(v) else "" for v in df["ci_low"]],
         "ci_high": [fmt_value(v) if pd.notna(v) else "" for v in df["ci_high"]],
         "n": [str(int(v)) if pd.notna(v) else "" for v in df["n"]],
@@ -805,13 +880,13 @@ def wide_table(data: Any, models: Optional[Sequence[str]] = None, records: Optio
     df, notes = dedupe(with_labels(inp.results))
     order = model_order(df, models)
     df = df.assign(cell=[fmt_value(v, lo, hi) for v, lo, hi in zip(df["value"], df["ci_low"], df["ci_high"])])
-    keys = ["dataset", "protocol", "benchmark", "attack", "eps_key", "metric", "condition"]
+    keys = ["dataset", "protocol", "benchmark", "attack", "eps_key", "setting", "metric", "condition"]
     wide = df.pivot_table(index=keys, columns="label", values="cell", aggfunc="first").reset_index()
     wide = wide.sort_values(keys, kind="stable")
     out = pd.DataFrame({"dataset": wide["dataset"], "protocol": wide["protocol"], "benchmark": wide["benchmark"],
                         "attack": wide["attack"],
                         "eps": [eps_text(e, a) for e, a in zip(wide["eps_key"], wide["attack"])],
-                        "metric": wide["metric"]})
+                        "setting": wide["setting"], "metric": wide["metric"]})
     if (wide["condition"] != "").any():
         out["condition"] = wide["condition"].to_numpy()
     for m in order:

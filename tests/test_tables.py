@@ -86,6 +86,7 @@ Notes:
 - Δ: later model minus earlier, in points; p: two-sided paired test on the same samples (McNemar exact, n=20); * p < 0.05
 - p n/a for ImageNet-A, ImageNet-R, ImageNet-C, ImageNet-O: no per-sample records in the inputs
 - eps per attack row: FGSM: eps 3/255 (the paper's eps; present: 1/255, 3/255); PGD: eps 4/255 (closest to the paper's 3/255, larger on ties; present: 2/255, 4/255)
+- settings: FGSM = FGSM; PGD = PGD-20 (step 2.5·eps/20, random start, early stop top-5)
 """
 
 
@@ -200,8 +201,9 @@ def test_long_wide_and_formats(synth):
     tidy, rec = synth
     long = tables(rec, layout="long")[0].frame
     assert len(long) == len(summarize(rec))
-    assert list(long.columns) == ["model", "dataset", "protocol", "benchmark", "attack", "eps", "metric", "value",
-                                  "ci_low", "ci_high", "n"]
+    assert list(long.columns) == ["model", "dataset", "protocol", "benchmark", "attack", "eps", "setting", "metric",
+                                  "value", "ci_low", "ci_high", "n"]
+    assert set(long.loc[long["attack"] == "pgd", "setting"]) == {"PGD-20 (step 2.5·eps/20, random start, early stop top-5)"}
     wide = tables(rec, layout="wide", models=["softmax", "pid"])[0].frame
     assert list(wide.columns)[-2:] == ["softmax", "pid"] and len(wide) == 10
     assert wide.iloc[0]["softmax"] == "90.00 [69.9, 97.2]"
@@ -225,7 +227,7 @@ def test_table_cli_writes_each_format(synth, tmp_path, capsys):
     assert tex.count(r"\begin{tabular}") == 1 and "ImageNet-C & mCE ($\\downarrow$) & 71.20 & 68.41 & -2.79 & n/a" in tex
     assert main(["table", str(csv), "--layout", "wide", "--format", "csv"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[1].startswith("dataset,protocol,benchmark,attack,eps,metric,pid,softmax")
+    assert lines[1].startswith("dataset,protocol,benchmark,attack,eps,setting,metric,pid,softmax")
     assert main(["table", str(csv), "--dataset", "cifar"]) == 2
     assert "dataset 'cifar' not in the results" in capsys.readouterr().err
 

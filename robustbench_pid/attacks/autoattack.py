@@ -36,6 +36,11 @@ class AutoAttack(Attack):
     eps: float = 4 / 255
     version: str = "standard"
 
+    label = "AutoAttack"
+
+    def describe(self) -> str:
+        return f"AutoAttack ({self.version})"
+
     def validate(self, loc: str = "") -> None:
         super().validate(loc)
         from ..errors import UserError

@@ -51,6 +51,9 @@ class Attack:
     # False: plain accuracy on the transformed inputs (random noise is not a worst case).
     worst_case: ClassVar[bool] = True
     eps_max: ClassVar[float] = 1.0  # largest sensible eps in pixel units (L-inf); others override
+    label: ClassVar[str] = ""  # short display name (FGSM, PGD, ...); the registered name upper-cased if empty
+    # settings that change speed or memory but never a result: left out of a condition's identity
+    not_identity: ClassVar[Tuple[str, ...]] = ()
 
     eps: float = 3 / 255
     stats: Dict[str, torch.Tensor] = field(default_factory=dict, init=False, repr=False, compare=False)
@@ -94,6 +97,21 @@ class Attack:
 
     def with_params(self, **kw: Any) -> "Attack":
         return type(self).from_params({**self.params(), **kw})
+
+    # --- identity ------------------------------------------------------------------------
+    @classmethod
+    def display_name(cls) -> str:
+        return cls.label or cls.name.upper()
+
+    @classmethod
+    def label_for(cls, params: Mapping[str, Any]) -> str:
+        """Generic label: the name and every setting but eps (attacks override ``describe``)."""
+        rest = [f"{k} {_show(v)}" for k, v in sorted(params.items()) if k != "eps" and k not in cls.not_identity]
+        return cls.display_name() + (f" ({', '.join(rest)})" if rest else "")
+
+    def describe(self) -> str:
+        """A readable label of the settings that change results, e.g. ``PGD-20 (step 2.5·eps/20, ...)``."""
+        return self.label_for(self.params())
 
     # --- running --------------------------------------------------------------------------
     def __call__(self, model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, *,
@@ -163,6 +181,14 @@ def still_correct(logits: torch.Tensor, y: torch.Tensor, topk: int) -> torch.Ten
     """Per sample: is ``y`` among the top-``topk`` logits (the attack has not succeeded yet)."""
     k = min(topk, logits.shape[1])
     return (logits.topk(k, dim=1).indices == y[:, None]).any(1)
+
+
+def _show(v: Any) -> str:
+    if isinstance(v, bool):
+        return "on" if v else "off"
+    if isinstance(v, float):
+        return f"{v:g}"
+    return str(v)
 
 
 def _finite_float(value: Any) -> float:

@@ -38,6 +38,12 @@ class CW(Attack):
     kappa: float = 0.0
     lr: float = 0.01
 
+    label = "CW-L2"
+
+    def describe(self) -> str:
+        return (f"CW-L2-{self.steps} ({self.search_steps} search steps, c0 {self.c_init:g}, "
+                f"κ {self.kappa:g}, lr {self.lr:g})")
+
     def validate(self, loc: str = "") -> None:
         super().validate(loc)
         from ..errors import UserError

@@ -17,6 +17,11 @@ class FGSM(Attack):
 
     eps: float = 3 / 255
 
+    label = "FGSM"
+
+    def describe(self) -> str:
+        return "FGSM"
+
     def perturb(self, model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, bounds: Bounds,
                 generator: torch.Generator) -> torch.Tensor:
         grad, _ = self.input_grad(model, x, y)

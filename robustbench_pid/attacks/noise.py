@@ -23,6 +23,11 @@ class Noise(Attack):
 
     eps: float = 0.3  # cleverhans' default, as the papers ran it
 
+    label = "Noise"
+
+    def describe(self) -> str:
+        return "Noise (uniform in the eps-ball)"
+
     def perturb(self, model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, bounds: Bounds,
                 generator: torch.Generator) -> torch.Tensor:
         u = torch.rand(x.shape, generator=generator, device=x.device, dtype=x.dtype)

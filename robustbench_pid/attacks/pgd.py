@@ -34,6 +34,19 @@ class PGD(Attack):
     early_stop: bool = True
     stop_topk: int = 5
 
+    label = "PGD"
+
+    def describe(self) -> str:
+        if self.step_size is not None:
+            step = f"step {self.step_size:g}"
+        elif self.step_size_factor is not None:
+            step = f"step {self.step_size_factor:g}·eps"
+        else:
+            step = f"step 2.5·eps/{max(1, self.steps)}"
+        parts = [step, "random start" if self.random_start else "no random start",
+                 f"early stop top-{self.stop_topk}" if self.early_stop else "last iterate"]
+        return f"PGD-{self.steps} ({', '.join(parts)})"
+
     def step(self) -> float:
         if self.step_size is not None:
             return self.step_size

@@ -35,6 +35,14 @@ class PGDL2(Attack):
     early_stop: bool = True
     stop_topk: int = 5
 
+    label = "PGD-L2"
+
+    def describe(self) -> str:
+        step = f"step {self.step_size:g}" if self.step_size is not None else f"step 2.5·eps/{max(1, self.steps)}"
+        parts = [step, "random start" if self.random_start else "no random start",
+                 f"early stop top-{self.stop_topk}" if self.early_stop else "last iterate"]
+        return f"PGD-L2-{self.steps} ({', '.join(parts)})"
+
     def perturb(self, model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, bounds: Bounds,
                 generator: torch.Generator) -> torch.Tensor:
         alpha = self.step_size if self.step_size is not None else 2.5 * self.eps / max(1, self.steps)

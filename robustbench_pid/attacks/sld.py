@@ -68,6 +68,14 @@ class SLD(Attack):
     clip_grad: bool = False
     random_start: bool = False
 
+    label = "SLD"
+
+    def describe(self) -> str:
+        parts = [f"step {self.step_size:g}", f"q {self.q:g}"]
+        parts += ["clipped gradient"] if self.clip_grad else []
+        parts += ["random start"] if self.random_start else []
+        return f"SLD-{self.iterations} ({', '.join(parts)})"
+
     def validate(self, loc: str = "") -> None:
         super().validate(loc)
         from ..errors import UserError

@@ -60,6 +60,15 @@ class SPSA(Attack):
     stop_topk: int = 1
     max_batch: int = 4096  # images per forward pass (memory only; results do not depend on it)
 
+    label = "SPSA"
+    not_identity = ("max_batch",)
+
+    def describe(self) -> str:
+        parts = [f"{self.n_samples} directions", f"lr {self.lr:g}", f"δ {self.fd_delta:g}",
+                 "random start" if self.random_start else "no random start",
+                 f"early stop top-{self.stop_topk}" if self.early_stop else "last iterate"]
+        return f"SPSA-{self.iterations} ({', '.join(parts)})"
+
     def validate(self, loc: str = "") -> None:
         super().validate(loc)
         from ..errors import UserError

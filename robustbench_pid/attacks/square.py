@@ -45,6 +45,13 @@ class Square(Attack):
     restarts: int = 1
     rescale_schedule: bool = False
 
+    label = "Square"
+
+    def describe(self) -> str:
+        parts = [f"p_init {self.p_init:g}", f"{self.restarts} restart{'s' if self.restarts != 1 else ''}"]
+        parts += ["rescaled schedule"] if self.rescale_schedule else []
+        return f"Square-{self.n_queries} ({', '.join(parts)})"
+
     def validate(self, loc: str = "") -> None:
         super().validate(loc)
         from ..errors import UserError

@@ -185,6 +185,7 @@ def worst_case_records(records: pd.DataFrame) -> pd.DataFrame:
     one). Only groups with at least two distinct attack runs are returned; only samples present in
     every run of the group are counted. ``over`` names the runs combined.
     """
+    from ..conditions import add_identity, combined
     from ..results import ID_COLUMNS
 
     if records.empty or "attack" not in records:
@@ -194,24 +195,26 @@ def worst_case_records(records: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame()
     norms = {a: attack_norm(a) for a in adv["attack"].unique()}
     adv["_norm"] = adv["attack"].map(norms)
-    adv = adv[adv["_norm"].notna()]
+    adv = add_identity(adv[adv["_norm"].notna()])
     ids = [c for c in ID_COLUMNS if c in adv.columns]
-    if "params" not in adv:
-        adv["params"] = ""
     out = []
-    for key, g in adv.groupby(ids + ["_norm", "eps"], sort=False, dropna=False):
-        runs = g[["attack", "params"]].drop_duplicates()
+    for key, g in adv.groupby(ids + ["_norm", "eps", "precision"], sort=False, dropna=False):
+        runs = g[["attack", "settings_id", "setting"]].drop_duplicates("settings_id")
         if len(runs) < 2:
             continue
-        g = g.assign(_run=g["attack"] + " " + g["params"].astype(str))
+        g = g.assign(_run=g["settings_id"])
         per = g.groupby("sample_id", sort=False).agg(
             n_runs=("_run", "nunique"), correct_top1=("correct_top1", "all"), correct_top5=("correct_top5", "all"))
         per = per[per["n_runs"] == len(runs)].drop(columns="n_runs").reset_index()
-        base = dict(zip(ids + ["_norm", "eps"], key))
-        for k in ids + ["eps"]:
+        base = dict(zip(ids + ["_norm", "eps", "precision"], key))
+        for k in ids + ["eps", "precision"]:
             per[k] = base[k]
         per["attack"] = WORST_CASE
         per["over"] = "+".join(sorted(runs["attack"].unique()))
+        # a worst case is its own condition: the identity of exactly the attacks it combines
+        per["settings_id"] = combined(runs["settings_id"])
+        per["setting"] = "worst case over " + " + ".join(sorted(runs["setting"]))
+        per["settings"] = "+".join(sorted(runs["settings_id"]))
         out.append(per)
     return pd.concat(out, ignore_index=True) if out else pd.DataFrame()
 

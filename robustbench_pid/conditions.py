@@ -1,0 +1,167 @@
+"""A condition's identity: everything that changes its number, in one canonical form.
+
+A robustness number means something only together with the attack that produced it: PGD-20 and
+PGD-2 at one eps are different measurements. Every record and tidy row therefore carries
+
+- ``settings``: canonical JSON of what changes the number apart from eps: benchmark, attack, every
+  attack setting (the same canonical params the work-unit keys hash), protocol and the attack
+  precision. Settings that only trade memory for speed (``Attack.not_identity``, e.g. SPSA's
+  ``max_batch``) are left out, and so are protocol and precision for clean evaluations (they do
+  not touch a clean pass). Eps is left out too: it has its own column in every key, and one
+  ``settings_id`` then names one attack across an eps sweep.
+- ``settings_id``: the first 12 hex digits of the sha256 of ``settings``;
+- ``setting``: a readable label, e.g. ``PGD-20 (step 2.5·eps/20, random start, early stop top-5)``;
+- ``samples_id`` (on tidy rows): a hash of the sorted sample ids the number was computed on.
+
+Tables pair and compare only cells with equal ``settings_id``; ``check`` names each setting that
+differs from its baseline.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
+
+import pandas as pd
+
+SETTINGS_COLUMNS = ("benchmark", "attack", "params", "protocol", "precision")
+IDENTITY_COLUMNS = ("settings_id", "setting", "settings")
+DEFAULT_PRECISION = "fp32"
+
+
+def _params(params: Any) -> Dict[str, Any]:
+    if isinstance(params, Mapping):
+        return dict(params)
+    if params is None or (isinstance(params, float) and params != params) or params == "":
+        return {}
+    try:
+        out = json.loads(params)
+    except (TypeError, ValueError):
+        return {"params": str(params)}
+    return out if isinstance(out, dict) else {"params": out}
+
+
+def _attack_class(name: str) -> Optional[type]:
+    try:
+        from .attacks import get_attack
+
+        return get_attack(name)
+    except Exception:  # noqa: BLE001  (a benchmark condition family, or an attack not installed here)
+        return None
+
+
+def settings_dict(benchmark: str, attack: str, params: Any, protocol: str,
+                  precision: Optional[str]) -> Dict[str, Any]:
+    """The canonical settings of one condition (see the module docstring for what is left out)."""
+    p = _params(params)
+    cls = _attack_class(attack)
+    for k in ("eps",) + tuple(getattr(cls, "not_identity", ()) if cls is not None else ()):
+        p.pop(k, None)
+    d: Dict[str, Any] = {"benchmark": str(benchmark or ""), "attack": str(attack), "params": p}
+    if attack != "clean":
+        d["protocol"] = str(protocol or "")
+        if cls is not None:  # attack passes run at this precision; benchmark conditions do not
+            d["precision"] = str(precision or DEFAULT_PRECISION)
+    return d
+
+
+def canonical(d: Mapping[str, Any]) -> str:
+    return json.dumps(d, sort_keys=True, separators=(",", ":"), default=str)
+
+
+def short_hash(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+def setting_label(attack: str, params: Any, protocol: str = "", precision: Optional[str] = None) -> str:
+    """Readable label of the settings (the attack's own ``describe``; precision when not fp32)."""
+    if attack == "clean":
+        return "clean"
+    cls = _attack_class(attack)
+    p = _params(params)
+    if cls is None:
+        text = attack + (f" ({', '.join(f'{k} {v}' for k, v in sorted(p.items()))})" if p else "")
+    else:
+        try:
+            text = cls.from_params(p).describe()
+        except Exception:  # noqa: BLE001  (settings of an older version of the attack)
+            text = cls.label_for(p)
+    if precision and precision != DEFAULT_PRECISION:
+        text += f" [{precision}]"
+    return text
+
+
+def identity(benchmark: str, attack: str, params: Any, protocol: str, precision: Optional[str]) -> Tuple[str, str, str]:
+    """(settings_id, setting label, canonical settings JSON) of one condition."""
+    s = canonical(settings_dict(benchmark, attack, params, protocol, precision))
+    return short_hash(s), setting_label(attack, params, protocol, precision), s
+
+
+def add_identity(records: pd.DataFrame, precision: Optional[str] = None) -> pd.DataFrame:
+    """``records`` with ``precision``, ``settings_id``, ``setting`` and ``settings`` columns.
+
+    Computed once per distinct condition (a handful), not per row. Records that already carry
+    a ``settings_id`` are returned unchanged."""
+    if records.empty or "settings_id" in records.columns:
+        return records
+    df = records.copy()
+    if "precision" not in df.columns:
+        df["precision"] = precision or DEFAULT_PRECISION
+    df["precision"] = df["precision"].fillna(precision or DEFAULT_PRECISION).astype(str)
+    for col in SETTINGS_COLUMNS:
+        if col not in df.columns:
+            df[col] = ""
+    cols = list(SETTINGS_COLUMNS)
+    keys = df[cols].astype(str).drop_duplicates()
+    table = {tuple(k): identity(*k) for k in keys.itertuples(index=False, name=None)}
+    tup = list(zip(*(df[c].astype(str) for c in cols)))
+    ids = [table[t] for t in tup]
+    df["settings_id"] = [i[0] for i in ids]
+    df["setting"] = [i[1] for i in ids]
+    df["settings"] = [i[2] for i in ids]
+    return df
+
+
+def samples_id(sample_ids: Iterable[Any]) -> str:
+    """Hash of the set of sample ids a number was computed on (order-free)."""
+    return short_hash("\n".join(sorted({str(s) for s in sample_ids})))
+
+
+def combined(ids: Iterable[str]) -> str:
+    """The identity of a number derived from several conditions (a worst case, an mCE)."""
+    return short_hash("+".join(sorted({str(i) for i in ids})))
+
+
+def settings_diff(old: str, new: str) -> List[str]:
+    """Each setting that differs between two canonical settings strings, as ``name: old → new``."""
+    try:
+        a, b = json.loads(old), json.loads(new)
+    except (TypeError, ValueError):
+        return [f"settings: {old} → {new}"]
+    flat_a, flat_b = _flatten(a), _flatten(b)
+    out = []
+    for k in sorted(set(flat_a) | set(flat_b)):
+        va, vb = flat_a.get(k, "(unset)"), flat_b.get(k, "(unset)")
+        if va != vb:
+            out.append(f"{k}: {_show(va)} → {_show(vb)}")
+    return out
+
+
+def _flatten(d: Mapping[str, Any], prefix: str = "") -> Dict[str, Any]:
+    out: Dict[str, Any] = {}
+    for k, v in d.items():
+        if isinstance(v, Mapping) and k == "params":
+            out.update(_flatten(v, ""))
+        elif isinstance(v, Mapping):
+            out.update(_flatten(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+def _show(v: Any) -> str:
+    if isinstance(v, bool):
+        return str(v).lower()
+    if isinstance(v, float):
+        return f"{v:g}"
+    return "none" if v is None else str(v)
