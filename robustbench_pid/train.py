@@ -6,6 +6,12 @@
 Writes ``checkpoints/<name>.safetensors`` (the bare network's state dict, timm key names) and a
 manifest entry: architecture and arguments, dataset and split, recipe, clean test top-1, sha256,
 library versions.
+
+Bit-for-bit reproducible: the recipe fixes everything the weights depend on besides the library
+versions: the seed (initialization, shuffling and augmentation draw from seeded generators), the
+number of CPU threads (a float sum over 1 or 2 threads rounds differently, and 80 epochs turn
+that into another checkpoint) and deterministic kernels. The same recipe on the same versions
+gives the same sha256; the manifest records all of it.
 """
 from __future__ import annotations
 
@@ -33,6 +39,7 @@ class Recipe:
     label_smoothing: float = 0.1
     max_shift: int = 2  # random translation by up to this many pixels (zero padding)
     seed: int = 0
+    threads: int = 2  # CPU threads for training: part of the result (see the module docstring)
 
 
 def _shift(x: torch.Tensor, max_shift: int, gen: torch.Generator) -> torch.Tensor:
@@ -47,6 +54,17 @@ def _shift(x: torch.Tensor, max_shift: int, gen: torch.Generator) -> torch.Tenso
 
 def train(model: str, recipe: Recipe = Recipe(), out_dir: Optional[Path] = None,
           log: Any = print) -> Dict[str, Any]:
+    threads, deterministic = torch.get_num_threads(), torch.are_deterministic_algorithms_enabled()
+    torch.set_num_threads(recipe.threads)
+    torch.use_deterministic_algorithms(True)
+    try:
+        return _train(model, recipe, out_dir, log)
+    finally:
+        torch.set_num_threads(threads)
+        torch.use_deterministic_algorithms(deterministic)
+
+
+def _train(model: str, recipe: Recipe, out_dir: Optional[Path], log: Any) -> Dict[str, Any]:
     from . import __version__
     from .data import load_dataset
     from .models.zoo import build_model, resolve_model
@@ -118,6 +136,7 @@ def train(model: str, recipe: Recipe = Recipe(), out_dir: Optional[Path] = None,
         "recipe": asdict(recipe),
         "clean_test_top1": round(top1, 6),
         "train_seconds": round(time.time() - t0, 1),
+        "reproduces_with": {"threads": recipe.threads, "deterministic_algorithms": True, "device": "cpu"},
         "versions": {"robustbench_pid": __version__, "torch": torch.__version__, "timm": timm.__version__,
                      "scikit-learn": sklearn.__version__, "python": platform.python_version()},
     }

@@ -153,3 +153,11 @@ def test_cross_device_baseline_fails_only_on_significant_drops(runs, tmp_path):
     df.to_csv(base, index=False)
     assert check(runs[("deit", 20)], base, tolerance=0.5).rows.set_index(["attack", "metric"]).loc[
         ("pgd", "top1"), "status"] == "REGRESSED"
+
+
+def test_report_names_each_setting(runs, tmp_path):
+    from robustbench_pid.report import write_report
+
+    out = write_report(list(runs.values()), tmp_path / "r.html")
+    page = Path(out).read_text()
+    assert PGD20 in page and PGD2 in page and "PGD (4/255) · steps 2" in page

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import pkgutil
+import re
 import sys
 from types import ModuleType
 from typing import Dict, List, Optional
@@ -43,7 +44,24 @@ def _guard(fn, args) -> int:
         return 130
 
 
+_NEGATIVE = re.compile(r"^-\.?\d")  # -2/255, -0.1, -.5: a value, never an option name
+
+
+def join_negative_values(argv: List[str]) -> List[str]:
+    """``--eps -2/255`` -> ``--eps=-2/255``: argparse takes a value that starts with ``-`` and is not
+    a plain number for an option and fails with its usage dump; joined, the value reaches our own
+    validation and its one-line error (eps must be >= 0, ...)."""
+    out: List[str] = []
+    for tok in argv:
+        if out and out[-1].startswith("--") and "=" not in out[-1] and _NEGATIVE.match(tok):
+            out[-1] = f"{out[-1]}={tok}"
+        else:
+            out.append(tok)
+    return out
+
+
 def main(argv: Optional[List[str]] = None) -> int:
+    argv = join_negative_values(list(sys.argv[1:] if argv is None else argv))
     verbs = _verbs()
     parser = argparse.ArgumentParser(prog="robustbench-pid", description="Robustness evaluation harness.")
     sub = parser.add_subparsers(dest="verb", metavar="VERB")
@@ -58,6 +76,7 @@ def main(argv: Optional[List[str]] = None) -> int:
 def evaluate_main(argv: Optional[List[str]] = None) -> int:
     from . import evaluate
 
+    argv = join_negative_values(list(sys.argv[1:] if argv is None else argv))
     parser = argparse.ArgumentParser(prog="evaluate", description=evaluate.HELP)
     evaluate.add_arguments(parser)
     return _guard(evaluate.run, parser.parse_args(argv))
