@@ -943,8 +943,8 @@ def _provenance(ctx: Context, spec: RunSpec, out: Path, units: List[Unit]) -> Di
 
 # --- dry run ----------------------------------------------------------------------------------------
 def unit_passes(ctx: Context, u: Unit) -> Tuple[float, float]:
-    """(forward-only, forward+backward) passes per sample for a unit: an upper bound (early
-    stopping and skipped samples only lower it). Attacks or benchmarks may define ``passes()``."""
+    """(forward-only, forward+backward) passes per sample for a unit if every sample is attacked to
+    the end (early stopping and skipped samples lower it). Attacks or benchmarks may define ``passes()``."""
     bench = get_benchmark(u.benchmark)
     if hasattr(bench, "passes"):
         return tuple(bench.passes(ctx, u))  # type: ignore[return-value]
@@ -1054,8 +1054,9 @@ def dry_run(ctx: Context, out: Path, units: List[Unit], mine: List[Unit], shard:
           f"forward+backward image-passes, about {_fmt_s(tot['est'])} on one {ctx.device.type} device like this one")
     if n > 1:
         print(f"this shard ({i}/{n}): {len(mine)} units, {mine_tot['todo']} to do, about {_fmt_s(mine_tot['est'])}")
-    print("estimates are upper bounds: early stopping and samples misclassified when clean are not attacked, "
-          "and data loading is not included. Nothing was computed or written.")
+    print("this is an estimate from one calibration batch, not a bound: early stopping and samples not attacked "
+          "make a run shorter, per-unit overheads and data loading make it longer (measured error on real runs: "
+          "docs/performance.md). Nothing was computed or written.")
 
 
 def _fmt_s(s: float) -> str:
