@@ -61,7 +61,7 @@ def join_negative_values(argv: List[str]) -> List[str]:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    argv = join_negative_values(list(sys.argv[1:] if argv is None else argv))
+    argv = join_negative_values([*(sys.argv[1:] if argv is None else argv)])  # `list` is a verb module here
     verbs = _verbs()
     parser = argparse.ArgumentParser(prog="robustbench-pid", description="Robustness evaluation harness.")
     sub = parser.add_subparsers(dest="verb", metavar="VERB")
@@ -76,7 +76,7 @@ def main(argv: Optional[List[str]] = None) -> int:
 def evaluate_main(argv: Optional[List[str]] = None) -> int:
     from . import evaluate
 
-    argv = join_negative_values(list(sys.argv[1:] if argv is None else argv))
+    argv = join_negative_values([*(sys.argv[1:] if argv is None else argv)])  # `list` is a verb module here
     parser = argparse.ArgumentParser(prog="evaluate", description=evaluate.HELP)
     evaluate.add_arguments(parser)
     return _guard(evaluate.run, parser.parse_args(argv))
