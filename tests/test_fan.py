@@ -240,3 +240,32 @@ def test_evaluate_fgsm_end_to_end(alias: str, arch: str, tmp_path: Path) -> None
     if alias == "rpc_fan":
         assert info["arch_kwargs"]["rpc"] == {"pap_iterations": 4, "pap_lambda": 4.0, "rpc_layers": "first",
                                               "pap_convention": "authors"}
+
+
+def test_models_command_lists_every_new_model(capsys: pytest.CaptureFixture) -> None:
+    """`robustbench-pid models --json`: the aliases of issue 12 with their architectures, sizes and settings."""
+    import json
+
+    from robustbench_pid.cli import main
+
+    assert main(["models", "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    aliases = {a["name"]: a for a in info["aliases"]}
+    archs = {a["arch"]: a for a in info["architectures"]}
+    expected = {"fan": "fan_tiny_12_p16_224", "pid_fan": "pid_fan_tiny_12_p16_224", "symfan": "symfan_tiny_12_p16_224",
+                "rpc_fan": "rpc_fan_tiny_12_p16_224", "featscale_deit": "featscale_deit_tiny_patch16_224",
+                "pid_featscale_deit": "pid_featscale_deit_tiny_patch16_224", "rpc_deit": "rpc_deit_tiny_patch16_224"}
+    for alias, arch in expected.items():
+        assert aliases[alias]["families"]["imagenet"] == {"arch": arch, "checkpoint": None}
+        assert aliases[alias]["families"]["digits"]["arch"] in archs
+        assert arch in archs
+    for arch in ("fan_small_12_p16_224", "fan_base_18_p16_224", "fan_large_24_p16_224", "pid_fan_large_24_p16_224",
+                 "symvit_base_patch16_224", "rpc_symvit_base_patch16_224"):
+        assert arch in archs
+    tiny = archs["fan_tiny_12_p16_224"]
+    assert (tiny["embed_dim"], tiny["depth"], tiny["num_heads"], tiny["patch_size"], tiny["params_m"]) == (
+        192, 12, 4, [16, 16], 7.32)
+    assert archs["pid_fan_tiny_12_p16_224"]["arguments"]["lambda_i"] == 0.5
+    assert archs["rpc_fan_tiny_12_p16_224"]["arguments"] == {
+        "pap_iterations": 4, "pap_lambda": 4.0, "rpc_layers": "first", "pap_convention": "authors"}
+    assert archs["symfan_tiny_12_p16_224"]["arguments"]["pap_iterations"] == 0
