@@ -75,8 +75,14 @@ def test_featscale_checkpoint_loads_exactly_and_a_plain_deit_one_is_refused(tmp_
         assert_same_tensors(src, dst)
     deit = tmp_path / "deit.pth"
     torch.save({"model": randomized("deit_digits_patch4_32", 4).state_dict()}, deit)
-    with pytest.raises(CheckpointError, match=r"missing keys \(8\): blocks.0.lamb1, blocks.0.lamb2, blocks.1.lamb1"):
+    with pytest.raises(CheckpointError) as e:
         load_weights(timm.create_model("featscale_deit_digits_patch4_32"), str(deit))
+    assert "no FeatScale scales" in str(e.value) and "--model deit or pid_deit" in str(e.value)
+    assert "missing keys (8): blocks.0.lamb1, blocks.0.lamb2, blocks.1.lamb1" in str(e.value)
+    fs = tmp_path / "fs.pth"
+    torch.save({"model": randomized("featscale_deit_digits_patch4_32", 5).state_dict()}, fs)
+    with pytest.raises(CheckpointError, match="trained with FeatScale.*--model featscale_deit or pid_featscale_deit"):
+        load_weights(timm.create_model("pid_deit_digits_patch4_32"), str(fs))
 
 
 @pytest.mark.parametrize("alias,arch", [("featscale_deit", "featscale_deit_digits_patch4_32"),
