@@ -256,7 +256,8 @@ def test_models_command_lists_every_new_model(capsys: pytest.CaptureFixture) -> 
     archs = {a["arch"]: a for a in info["architectures"]}
     expected = {"fan": "fan_tiny_12_p16_224", "pid_fan": "pid_fan_tiny_12_p16_224", "symfan": "symfan_tiny_12_p16_224",
                 "rpc_fan": "rpc_fan_tiny_12_p16_224", "featscale_deit": "featscale_deit_tiny_patch16_224",
-                "pid_featscale_deit": "pid_featscale_deit_tiny_patch16_224", "rpc_deit": "rpc_deit_tiny_patch16_224"}
+                "pid_featscale_deit": "pid_featscale_deit_tiny_patch16_224", "rpc_deit": "rpc_deit_tiny_patch16_224",
+                "rpc_symasym_deit": "rpc_symasym_deit_tiny_patch16_224"}
     for alias, arch in expected.items():
         assert aliases[alias]["families"]["imagenet"] == {"arch": arch, "checkpoint": None}
         assert aliases[alias]["families"]["digits"]["arch"] in archs

@@ -101,3 +101,27 @@ def test_symvit_base_sizes_cover_tables_7_and_8() -> None:
 def test_evaluate_fgsm_end_to_end(tmp_path: Path) -> None:
     _, _, info = evaluate_fgsm("rpc_deit", "rpc_deit_digits_patch4_32", tmp_path)
     assert info["checkpoint_load_problems"] == [] and info["arch_kwargs"]["rpc"]["pap_iterations"] == 4
+
+
+def test_sym_asym_variant_has_a_symmetric_pap_first_layer() -> None:
+    """Table 14 "Sym/Asym": layer 1 is symmetric attention (qkv of 2*dim rows) with PAP, the rest q/k/v."""
+    with torch.device("meta"):
+        tiny = timm.create_model("rpc_symasym_deit_tiny_patch16_224")
+    assert sum(p.numel() for p in tiny.parameters()) == 5717416 - (192 * 192 + 192)
+    net = randomized("rpc_symasym_deit_digits_patch4_32", 3).double()
+    assert [tuple(b.attn.qkv.weight.shape) for b in net.blocks] == [(128, 64)] + [(192, 64)] * 3
+    assert net.blocks[0].attn.pap_iterations == 4 and net.rpc.pap_lambda == 4.0
+    a = net.blocks[0].attn
+    x = torch.randn(2, 65, 64, dtype=torch.float64)
+    k, v = (t.reshape(2, 65, 4, 16).transpose(1, 2) for t in a.qkv(x).chunk(2, dim=-1))
+    with torch.no_grad():
+        ref = a.proj(pap_attention(k, v, 4, 4.0, model_dim=64).transpose(1, 2).reshape(2, 65, 64))
+        assert torch.allclose(a(x), ref, atol=1e-10)
+        a.pap_iterations = 0
+        plain = torch.softmax(k @ k.transpose(-1, -2) / 4.0, -1) @ v  # sqrt(16) = 4
+        assert torch.allclose(a(x), a.proj(plain.transpose(1, 2).reshape(2, 65, 64)), atol=1e-10)
+
+
+def test_evaluate_fgsm_end_to_end_sym_asym(tmp_path: Path) -> None:
+    _, _, info = evaluate_fgsm("rpc_symasym_deit", "rpc_symasym_deit_digits_patch4_32", tmp_path)
+    assert info["checkpoint_load_problems"] == [] and info["arch_kwargs"]["rpc"]["rpc_layers"] == "first"
