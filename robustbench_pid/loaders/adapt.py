@@ -102,7 +102,20 @@ def check_fit(net: torch.nn.Module, sd: Dict[str, torch.Tensor]) -> List[str]:
 
 
 def _layout_hint(own: Dict[str, torch.Tensor], sd: Dict[str, torch.Tensor]) -> str:
-    """Say in words when a checkpoint's attention layout is the other kind (qkv 2*dim vs 3*dim)."""
+    """Say in words when a checkpoint's attention layout is the other kind (qkv 2*dim vs 3*dim, FAN with or
+    without ``attn.q``) or when FeatScale's per-block scales are on one side only."""
+    q, kv = "blocks.0.attn.q.weight", "blocks.0.attn.kv.weight"
+    if kv in own and kv in sd and (q in own) != (q in sd):
+        return ("the checkpoint has symmetric FAN attention (attn.kv only, no attn.q); load it with --model symfan "
+                "or rpc_fan" if q in own else
+                "the checkpoint has standard FAN attention (attn.q and attn.kv); load it with --model fan or pid_fan, "
+                "not a symmetric-attention FAN")
+    scale = "blocks.0.lamb1"
+    if (scale in own) != (scale in sd) and ("blocks.0.attn.qkv.weight" in own) and ("blocks.0.attn.qkv.weight" in sd):
+        return ("the checkpoint was trained with FeatScale (blocks.*.lamb1/lamb2); load it with --model featscale_deit "
+                "or pid_featscale_deit" if scale in sd else
+                "the checkpoint has no FeatScale scales (blocks.*.lamb1/lamb2): it is a plain DeiT/PID DeiT one; load it "
+                "with --model deit or pid_deit")
     k = "blocks.0.attn.qkv.weight"
     if k not in own or k not in sd or own[k].shape == sd[k].shape or sd[k].ndim != 2:
         return ""

@@ -1,4 +1,4 @@
-"""Local files: ``.safetensors`` (never runs code) and ``.pth``/``.pt``/``.bin``/``.ckpt`` (torch pickles).
+"""Local files: ``.safetensors`` (never runs code) and ``.pth``/``.pt``/``.bin``/``.ckpt``/``.pth.tar`` (torch pickles).
 
 Pickles are read with ``torch.load(weights_only=True)``: only tensors and plain containers are
 rebuilt, nothing is imported or called. Training checkpoints that pickle other objects (the DeiT and
@@ -16,7 +16,11 @@ import torch
 from ..errors import CheckpointError
 from . import Loaded, loaders, sha256_file, tensors_only, unwrap
 
-SUFFIXES = (".safetensors", ".pth", ".pt", ".bin", ".ckpt")
+SUFFIXES = (".safetensors", ".pth", ".pt", ".bin", ".ckpt", ".pth.tar")  # .pth.tar: FAN / timm-train releases
+
+
+def _suffix(path: Path) -> str:
+    return ".pth.tar" if path.name.endswith(".pth.tar") else path.suffix
 
 
 def _unsupported_global(msg: str) -> str:
@@ -35,8 +39,8 @@ def load_file(name: str, *, allow_pickle: bool = False) -> Loaded:
     if not path.is_file():
         raise CheckpointError(f"checkpoint file not found: {path} (give a local .pth/.pt/.bin/.safetensors file, "
                               f"embedded:NAME or timm:NAME)")
-    if path.suffix not in SUFFIXES:
-        raise CheckpointError(f"{path}: unsupported checkpoint format {path.suffix!r}; expected one of {', '.join(SUFFIXES)}")
+    if _suffix(path) not in SUFFIXES:
+        raise CheckpointError(f"{path}: unsupported checkpoint format {_suffix(path)!r}; expected one of {', '.join(SUFFIXES)}")
     digest = sha256_file(path)
     notes = []
     if path.suffix == ".safetensors":

@@ -131,7 +131,9 @@ class PidVisionTransformer(VisionTransformer):
 
     def __init__(self, *args: Any, gains: Optional[PidGains] = None, **kwargs: Any) -> None:
         gains = gains or PidGains()
-        kwargs["block_fn"] = PidBlock
+        kwargs.setdefault("block_fn", PidBlock)  # a PidBlock subclass may be given (FeatScale)
+        if not issubclass(kwargs["block_fn"], PidBlock):
+            raise TypeError(f"block_fn must be a PidBlock subclass, got {kwargs['block_fn'].__name__}")
         kwargs["attn_layer"] = PidAttention  # timm needs a class here, so gains are set just below
         super().__init__(*args, **kwargs)
         self.gains = gains
@@ -155,7 +157,8 @@ class PidVisionTransformer(VisionTransformer):
         )
 
 
-def _gains_from_kwargs(kwargs: Dict[str, Any]) -> PidGains:
+def gains_from_kwargs(kwargs: Dict[str, Any]) -> PidGains:
+    """Pop the PID settings given as model keywords (``lambda_p=...``) into a ``PidGains``."""
     names = ("lambda_p", "lambda_i", "lambda_d", "beta", "first_derivative")
     return PidGains(**{n: kwargs.pop(n) for n in names if n in kwargs})
 
@@ -172,7 +175,7 @@ def _create(cls: type, variant: str, pretrained: bool = False, **kwargs: Any) ->
 
 
 def _create_pid(variant: str, pretrained: bool = False, **kwargs: Any) -> PidVisionTransformer:
-    gains = kwargs.pop("gains", None) or _gains_from_kwargs(kwargs)
+    gains = kwargs.pop("gains", None) or gains_from_kwargs(kwargs)
     return _create(PidVisionTransformer, variant, pretrained, gains=gains, **kwargs)
 
 

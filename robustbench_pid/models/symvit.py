@@ -92,13 +92,15 @@ def soft_threshold(x: torch.Tensor, tau: torch.Tensor) -> torch.Tensor:
 
 def pap_attention(k: torch.Tensor, v: torch.Tensor, iterations: int, lam: float, *,
                   convention: str = "authors", model_dim: Optional[int] = None,
-                  dropout_p: float = 0.0) -> torch.Tensor:
+                  dropout_p: float = 0.0, q: Optional[torch.Tensor] = None) -> torch.Tensor:
     """Principal Attention Pursuit on (B, H, N, d) keys/values; returns L_n (B, H, N, d).
 
-    ``model_dim`` (all heads' width) is D in mu under the ``authors`` convention.
+    ``model_dim`` (all heads' width) is D in mu under the ``authors`` convention. With ``q`` (asymmetric
+    attention, RPC paper E.10) each step attends ``softmax(q K'^T / sqrt(d)) V`` instead of
+    ``softmax(K' K'^T / sqrt(d)) V``: PAP still cleans the keys only.
     """
     if iterations <= 0:
-        return F.scaled_dot_product_attention(k, k, v, dropout_p=dropout_p)
+        return F.scaled_dot_product_attention(k if q is None else q, k, v, dropout_p=dropout_p)
     n_tok, d = k.shape[-2], k.shape[-1]
     width = (model_dim or d * k.shape[1]) if convention == "authors" else d
     l1 = k.abs().sum(dim=(-2, -1), keepdim=True).clamp_min(torch.finfo(k.dtype).tiny)
@@ -109,7 +111,8 @@ def pap_attention(k: torch.Tensor, v: torch.Tensor, iterations: int, lam: float,
     for it in range(iterations):
         s = soft_threshold(k - low + y / mu, tau)
         kc = k - s - y / mu
-        low = F.scaled_dot_product_attention(kc, kc, v, dropout_p=dropout_p if it == iterations - 1 else 0.0)
+        low = F.scaled_dot_product_attention(kc if q is None else q, kc, v,
+                                             dropout_p=dropout_p if it == iterations - 1 else 0.0)
         if it < iterations - 1:
             y = y + mu * (k - low - s)
     return low
@@ -154,11 +157,16 @@ class SymVisionTransformer(VisionTransformer):
         kwargs["attn_layer"] = SymAttention
         super().__init__(*args, **kwargs)
         self.rpc = rpc or RpcConfig()
-        rpc_blocks = set(self.rpc.layer_indices(len(self.blocks))) if self.rpc.pap_iterations else set()
-        for i, blk in enumerate(self.blocks):
-            blk.attn.pap_iterations = self.rpc.pap_iterations if i in rpc_blocks else 0
-            blk.attn.pap_lambda = float(self.rpc.pap_lambda)
-            blk.attn.pap_convention = self.rpc.pap_convention
+        assign_pap([blk.attn for blk in self.blocks], self.rpc)
+
+
+def assign_pap(attns: Sequence[nn.Module], rpc: RpcConfig) -> None:
+    """Give the attention layers ``rpc.rpc_layers`` their PAP iterations (0 elsewhere), lambda and convention."""
+    rpc_blocks = set(rpc.layer_indices(len(attns))) if rpc.pap_iterations else set()
+    for i, attn in enumerate(attns):
+        attn.pap_iterations = rpc.pap_iterations if i in rpc_blocks else 0
+        attn.pap_lambda = float(rpc.pap_lambda)
+        attn.pap_convention = rpc.pap_convention
 
 
 def checkpoint_filter_fn(state_dict: Dict[str, torch.Tensor], model: nn.Module, **kwargs: Any) -> Dict[str, torch.Tensor]:
@@ -169,10 +177,15 @@ def checkpoint_filter_fn(state_dict: Dict[str, torch.Tensor], model: nn.Module, 
 RPC_FIELDS = ("pap_iterations", "pap_lambda", "rpc_layers", "pap_convention")
 
 
+def rpc_from_kwargs(kwargs: Dict[str, Any], defaults: Optional[Dict[str, Any]] = None) -> RpcConfig:
+    """Pop ``rpc=`` or the PAP settings given as model keywords into an ``RpcConfig`` over ``defaults``."""
+    given = {k: kwargs.pop(k) for k in RPC_FIELDS if k in kwargs}
+    return kwargs.pop("rpc", None) or RpcConfig(**{**(defaults or {}), **given})
+
+
 def _create(variant: str, pretrained: bool = False, rpc_defaults: Optional[Dict[str, Any]] = None,
             **kwargs: Any) -> SymVisionTransformer:
-    given = {k: kwargs.pop(k) for k in RPC_FIELDS if k in kwargs}
-    rpc = kwargs.pop("rpc", None) or RpcConfig(**{**(rpc_defaults or {}), **given})
+    rpc = rpc_from_kwargs(kwargs, rpc_defaults)
     return build_model_with_cfg(
         SymVisionTransformer, variant, pretrained,
         pretrained_filter_fn=partial(checkpoint_filter_fn, adapt_layer_scale=True),
