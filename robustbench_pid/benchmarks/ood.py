@@ -22,6 +22,7 @@ import torch
 
 from ..metrics import ood_detection_metrics
 from ..results import ID_COLUMNS, accuracy_rows
+from ..health import check_finite
 from . import Benchmark, Unit, benchmarks
 from .imagenet_c import condition_units, skipped_rows
 from .restricted import dataset_mask, masked_topk
@@ -46,6 +47,7 @@ class OOD(Benchmark):
         for x, y, sids in ctx.batches(unit):
             with torch.inference_mode():
                 logits = model(x).float()
+            check_finite(logits, ctx, unit, "clean")
             score = -torch.softmax(logits.index_select(1, idx), dim=1).amax(1)
             top5 = masked_topk(logits, idx, 5)
             rows.append(pd.DataFrame({
