@@ -245,11 +245,7 @@ def atomic_write_bytes(path: Path, data: bytes, durable: bool = True) -> None:
     """
     tmp = _tmp_path(path)
     try:
-        with open(tmp, "wb") as f:
-            f.write(data)
-            if durable:
-                f.flush()
-                os.fsync(f.fileno())
+        _write_file(tmp, data, durable)
         os.replace(tmp, path)
     except OSError as exc:  # disk full / permission lost: one line naming the file, not a traceback
         err = write_error(exc, path)
@@ -266,6 +262,15 @@ def parquet_bytes(df: pd.DataFrame) -> bytes:
     buf = io.BytesIO()
     df.to_parquet(buf, index=False)
     return buf.getvalue()
+
+
+def _write_file(tmp: Path, data: bytes, durable: bool) -> None:
+    """The one place bytes reach the disk (tests inject disk-full / permission faults here)."""
+    with open(tmp, "wb") as f:
+        f.write(data)
+        if durable:
+            f.flush()
+            os.fsync(f.fileno())
 
 
 def write_parquet_atomic(df: pd.DataFrame, path: Path) -> str:
