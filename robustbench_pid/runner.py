@@ -4,10 +4,12 @@ Work units (benchmark x attack x eps x chunk of samples) are keyed by a content 
 everything that determines their records. The run folder::
 
     plan.json                 every unit of the run (keys, settings, sample ranges) + sample ids
-    units/<key>.parquet/.json a finished unit: records, then metadata (each temp file + rename)
+    units/<key>.parquet/.json a finished unit: records, then metadata with the records' sha256
+                              (each temp file + rename; the checksum is verified on every read)
     units/<key>.claim         "a live process is computing this unit" (O_EXCL create)
     shards/<i>-of-<n>_*.json  one per process: which shard, where, when, with which plan
-    records.parquet, summary.csv, run.json   written by finalize once every unit is present
+    records.parquet, summary.csv, run.json   written by finalize once every unit is present, in this
+                              order: run.json's status "complete" is the last write
 
 Why it is built this way:
 - Exact resume. A unit is done exactly when both its parquet and json exist; both are written
