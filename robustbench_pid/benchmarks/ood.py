@@ -20,9 +20,9 @@ from typing import Any, List
 import pandas as pd
 import torch
 
+from ..health import check_finite
 from ..metrics import ood_detection_metrics
 from ..results import ID_COLUMNS, accuracy_rows
-from ..health import check_finite
 from . import Benchmark, Unit, benchmarks
 from .imagenet_c import condition_units, skipped_rows
 from .restricted import dataset_mask, masked_topk

@@ -23,8 +23,8 @@ from typing import Any, Dict, List
 import pandas as pd
 import torch
 
-from ..results import ID_COLUMNS
 from ..health import check_finite
+from ..results import ID_COLUMNS
 from . import Benchmark, Unit, benchmarks
 
 NAME = "rank-collapse"

@@ -16,8 +16,8 @@ from typing import Any, List
 import pandas as pd
 import torch
 
-from ..results import accuracy_rows
 from ..health import check_finite
+from ..results import accuracy_rows
 from . import Benchmark, Unit, benchmarks
 
 
