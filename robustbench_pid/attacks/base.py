@@ -98,7 +98,7 @@ class Attack:
                 raise UserError(f"{loc}attack {self.name!r}: restarts must be >= 0, got {v}")
             if f.name in POSITIVE and v is not None and not v > 0:
                 flag = "--step-size" if f.name == "step_size" else f"--param {f.name}"
-                raise UserError(f"{loc}attack {self.name!r}: setting {f.name!r} must be a positive number, got {v:g} "
+                raise UserError(f"{loc}attack {self.name!r}: setting {f.name!r} must be a positive number (> 0), got {v:g} "
                                 f"({flag})")
             if f.name == "stop_topk" and isinstance(v, int) and v < 1:
                 raise UserError(f"{loc}attack {self.name!r}: stop_topk must be >= 1, got {v}")
@@ -182,8 +182,8 @@ def still_correct(logits: torch.Tensor, y: torch.Tensor, topk: int) -> torch.Ten
 # iteration counts: 0 would silently turn the attack into the identity; settings that must be > 0
 COUNTS = ("steps", "iterations", "n_samples", "n_queries", "search_steps")
 POSITIVE = ("step_size", "step_size_factor", "lr", "fd_delta", "c_init")
-_TYPE_WORDS = {"float": "finite number", "int": "whole number", "bool": "true or false", "str": "text",
-               "Optional[float]": "finite number or none"}
+_TYPE_WORDS = {"float": "a finite number (float)", "int": "a whole number (int)", "bool": "true or false (bool)",
+               "str": "text (str)", "Optional[float]": "a finite number or none"}
 
 
 def _finite_float(value: Any) -> float:
@@ -219,6 +219,6 @@ def _coerce(attack: str, key: str, value: Any, typ: Any, loc: str) -> Any:
         if t.startswith("Optional[float]"):
             return None if value in (None, "none", "None") else _finite_float(value)
     except (ValueError, TypeError, ZeroDivisionError, UserError):
-        raise UserError(f"{loc}attack {attack!r}: setting {key!r} must be a {_TYPE_WORDS.get(t, t)}, "
+        raise UserError(f"{loc}attack {attack!r}: setting {key!r} must be {_TYPE_WORDS.get(t, 'a ' + t)}, "
                         f"got {value!r}") from None
     return value
