@@ -67,7 +67,7 @@ def _tidy(data: pd.DataFrame) -> pd.DataFrame:
     for k in RUN_KEYS:
         if k not in df:
             df[k] = ""
-    df[RUN_KEYS] = df[RUN_KEYS].fillna("")
+    df[RUN_KEYS] = df[RUN_KEYS].astype(object).fillna("")
     return df
 
 
@@ -180,7 +180,7 @@ def check_zero_gradients(records: pd.DataFrame, max_share: float = 0.05) -> List
     for k in RUN_KEYS:
         if k not in r:
             r[k] = ""
-    r[RUN_KEYS] = r[RUN_KEYS].fillna("")
+    r[RUN_KEYS] = r[RUN_KEYS].astype(object).fillna("")
     for key, g in r.groupby(RUN_KEYS + ["attack", "eps"], sort=False, dropna=False):
         share = float(g["grad_zero"].astype(bool).mean())
         if share > max_share:
@@ -201,7 +201,7 @@ def _run_groups(records: pd.DataFrame, extra: List[str]):
     for k in RUN_KEYS:
         if k not in r:
             r[k] = ""
-    r[RUN_KEYS] = r[RUN_KEYS].fillna("")
+    r[RUN_KEYS] = r[RUN_KEYS].astype(object).fillna("")
     for key, g in r.groupby(RUN_KEYS + extra, sort=False, dropna=False):
         yield dict(zip(RUN_KEYS + extra, key)), g
 
