@@ -10,7 +10,12 @@ adversarial robustness", sec. 5; Croce & Hein 2020):
 - ``black-box-beats-white-box``: a score-based attack (SPSA, Square) gets lower than every white-box
   gradient attack (FGSM, PGD) at the same eps, i.e. the gradients are less useful than random search;
 - ``large-eps-not-zero``: accuracy stays well above zero at an eps large enough to erase the image;
-- ``zero-gradients``: a noticeable share of attacked samples had an all-zero input gradient.
+- ``zero-gradients``: a noticeable share of attacked samples had an all-zero input gradient;
+- ``constant-predictions`` (broken model): every sample gets the same clean prediction although
+  the labels differ, i.e. the outputs do not depend on the input (NaN-free but dead weights, a
+  saturated or wrongly loaded checkpoint); every accuracy of such a run is meaningless;
+- ``attack-moved-nothing``: an attack with eps > 0 left every attacked sample exactly where it was
+  (all perturbation norms 0): its row is clean accuracy under another name (zero or masked gradients).
 
 Each check compares runs of one model, checkpoint, dataset and protocol only. Differences smaller
 than ``tol`` percentage points are ignored (one sample of 360 is 0.28 points). Every finding says
@@ -62,7 +67,7 @@ def _tidy(data: pd.DataFrame) -> pd.DataFrame:
     for k in RUN_KEYS:
         if k not in df:
             df[k] = ""
-    df[RUN_KEYS] = df[RUN_KEYS].fillna("")
+    df[RUN_KEYS] = df[RUN_KEYS].astype(object).fillna("")
     return df
 
 
@@ -175,7 +180,7 @@ def check_zero_gradients(records: pd.DataFrame, max_share: float = 0.05) -> List
     for k in RUN_KEYS:
         if k not in r:
             r[k] = ""
-    r[RUN_KEYS] = r[RUN_KEYS].fillna("")
+    r[RUN_KEYS] = r[RUN_KEYS].astype(object).fillna("")
     for key, g in r.groupby(RUN_KEYS + ["attack", "eps"], sort=False, dropna=False):
         share = float(g["grad_zero"].astype(bool).mean())
         if share > max_share:
@@ -191,8 +196,64 @@ def check_zero_gradients(records: pd.DataFrame, max_share: float = 0.05) -> List
     return out
 
 
+def _run_groups(records: pd.DataFrame, extra: List[str]):
+    r = records.copy()
+    for k in RUN_KEYS:
+        if k not in r:
+            r[k] = ""
+    r[RUN_KEYS] = r[RUN_KEYS].astype(object).fillna("")
+    for key, g in r.groupby(RUN_KEYS + extra, sort=False, dropna=False):
+        yield dict(zip(RUN_KEYS + extra, key)), g
+
+
+def check_constant_predictions(records: pd.DataFrame, min_samples: int = 8) -> List[Finding]:
+    """Broken model: one clean prediction for every sample while the labels span several classes."""
+    if "sample_id" not in records.columns or "clean_pred" not in records.columns or "label" not in records.columns:
+        return []
+    clean = records[records["attack"] == "clean"] if "attack" in records else records
+    out: List[Finding] = []
+    for ids, g in _run_groups(clean.drop_duplicates(subset=[c for c in ("run_id", "sample_id") if c in clean]), []):
+        if len(g) < min_samples or g["label"].nunique() < 2 or g["clean_pred"].nunique() != 1:
+            continue
+        k = g["clean_pred"].iloc[0]
+        out.append(Finding(
+            "constant-predictions",
+            f"{ids['model']} ({ids['protocol']}): all {len(g)} samples are predicted as class {k} although their "
+            f"labels span {g['label'].nunique()} classes: the model's output does not depend on its input (a "
+            f"broken or wrongly loaded checkpoint, dead/saturated weights, extreme --lambda-*/--model-arg "
+            f"values). Every accuracy of this run is meaningless: check the checkpoint and model arguments.",
+            severity="error", model=ids["model"], protocol=ids["protocol"], attack="clean", value=float(len(g))))
+    return out
+
+
+def check_attack_moved(records: pd.DataFrame) -> List[Finding]:
+    """An attack with eps > 0 whose attacked samples all kept a perturbation of exactly 0."""
+    norms = [c for c in ("pert_linf", "pert_l2", "pert_l1") if c in records.columns]
+    if "sample_id" not in records.columns or not norms or "eps" not in records.columns:
+        return []
+    r = records[(records["attack"] != "clean") & (records["eps"] > 0)]
+    if "attacked" in r:
+        r = r[r["attacked"].astype(bool)]
+    r = r[r[norms].notna().all(axis=1)]
+    if r.empty:
+        return []
+    out: List[Finding] = []
+    for ids, g in _run_groups(r, ["attack", "eps"]):
+        if (g[norms].to_numpy() == 0).all():
+            out.append(Finding(
+                "attack-moved-nothing",
+                f"{ids['model']} ({ids['protocol']}): {ids['attack']} at eps {_eps_text(ids['eps'])} left all "
+                f"{len(g)} attacked samples unchanged (every perturbation norm is 0), so its row only repeats "
+                f"clean accuracy: the input gradients are zero or masked (or the model is broken). Do not report "
+                f"it as robustness; try a black-box attack (square, spsa) or check the model.",
+                severity="error", model=ids["model"], protocol=ids["protocol"], attack=ids["attack"],
+                eps=float(ids["eps"]), value=float(len(g))))
+    return out
+
+
 CHECKS: List[Callable[[pd.DataFrame], List[Finding]]] = [
     check_eps_monotone, check_pgd_vs_fgsm, check_black_box, check_large_eps, check_zero_gradients]
+RECORD_CHECKS: List[Callable[[pd.DataFrame], List[Finding]]] = [check_constant_predictions, check_attack_moved]
 
 
 def diagnose(records: pd.DataFrame) -> List[Finding]:
@@ -208,11 +269,13 @@ def diagnose(records: pd.DataFrame) -> List[Finding]:
     for check in CHECKS[:-1]:
         findings.extend(check(tidy))
     findings.extend(check_zero_gradients(records))
+    for check in RECORD_CHECKS:
+        findings.extend(check(records))
     return findings
 
 
 def format_findings(findings: List[Finding]) -> str:
     """Plain text for the terminal, one finding a line."""
     if not findings:
-        return "diagnostics: no gradient-masking signs found by the checks that ran"
+        return "diagnostics: no gradient-masking signs or broken-model signs found by the checks that ran"
     return "\n".join(["diagnostics:"] + [f"  [{f.severity}] {f.code}: {f.message}" for f in findings])

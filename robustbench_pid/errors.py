@@ -1,8 +1,12 @@
 """User-facing errors: the CLI prints their message (problem + fix) and exits non-zero."""
 from __future__ import annotations
 
-from typing import Any, Iterable, Iterator
+import errno
+from typing import Any, Iterable, Iterator, Optional
 
+# write failures the user fixes (space, quota, permissions), not bugs: one line, exit 2
+DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
+NO_PERMISSION = (errno.EACCES, errno.EPERM, errno.EROFS)
 
 
 class UserError(Exception):
@@ -23,3 +27,20 @@ def without_worker_traceback(batches: Iterable[Any]) -> Iterator[Any]:
         if "Original Traceback" in msg and "UserError: " in msg:
             raise type(exc)(msg.rstrip().rsplit("UserError: ", 1)[1]) from None
         raise
+
+
+class WriteError(UserError):
+    """Writing a result file failed for a reason the user can fix (disk full, permission lost)."""
+
+
+def write_error(exc: OSError, path: Optional[Any] = None) -> Optional[WriteError]:
+    """The one-line error for a disk-full or permission failure writing ``path``; None for others."""
+    where = path or exc.filename or "a result file"
+    tail = "then re-run the same command: finished work units are kept and reused"
+    if exc.errno in DISK_FULL:
+        return WriteError(f"no space left on the device (or quota exceeded) while writing {where}: free some space "
+                          f"or pass --out on another disk, {tail}")
+    if exc.errno in NO_PERMISSION:
+        return WriteError(f"permission denied while writing {where}: the folder is no longer writable (restore "
+                          f"write access, e.g. chmod u+w, or pass another --out), {tail}")
+    return None

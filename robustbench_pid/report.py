@@ -98,7 +98,7 @@ def diagnostics_section(inp: Inputs) -> Tuple[str, List[Any]]:
 def provenance_section(runs: Sequence[Dict[str, Any]]) -> str:
     if not runs:
         return "<p class='muted'>No run.json available (tidy tables carry no provenance).</p>"
-    cols = ["run", "model", "arch", "checkpoint sha256", "dataset", "n", "protocol", "benchmark", "attacks", "seed",
+    cols = ["run", "model", "arch", "checkpoint sha256", "dataset", "n", "skipped", "protocol", "benchmark", "attacks", "seed",
             "device", "versions", "git", "finished", "wall s"]
     rows = []
     for r in runs:
@@ -107,7 +107,7 @@ def provenance_section(runs: Sequence[Dict[str, Any]]) -> str:
         v = r.get("versions", {}) or {}
         rows.append([r.get("run_id", ""), r.get("model", ""), r.get("arch", ""),
                      str(r.get("checkpoint_sha256") or "-")[:16], f"{r.get('dataset', '')}/{r.get('split', '')}",
-                     r.get("n_samples", ""), r.get("protocol", ""), r.get("benchmark", ""), attacks, r.get("seed", ""),
+                     r.get("n_samples", ""), _n_skipped(r), r.get("protocol", ""), r.get("benchmark", ""), attacks, r.get("seed", ""),
                      r.get("device_name") or r.get("device", ""),
                      " ".join(f"{k} {v[k]}" for k in ("robustbench_pid", "torch", "timm") if k in v),
                      str(r.get("git_commit") or "-")[:10], r.get("finished", ""), r.get("wall_seconds", "")])
@@ -118,6 +118,21 @@ def provenance_section(runs: Sequence[Dict[str, Any]]) -> str:
         f"{_esc(json.dumps({k: v for k, v in r.items() if k != 'path'}, indent=2, default=str))}</pre></details>"
         for r in runs)
     return f"<div style='overflow-x:auto'><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>{details}"
+
+
+def _n_skipped(run: Dict[str, Any]) -> int:
+    """Images --skip-unreadable dropped from a run (0 when none, or the dataset cannot skip)."""
+    return int((run.get("dataset_provenance") or {}).get("n_unreadable") or 0)
+
+
+def skipped_notice(runs: Sequence[Dict[str, Any]]) -> str:
+    """A visible warning above the tables when any run's n shrank because images were unreadable."""
+    hit = [(r.get("run_id", "?"), _n_skipped(r)) for r in runs if _n_skipped(r)]
+    if not hit:
+        return ""
+    items = "".join(f"<li>{_esc(rid)}: {n} image(s) skipped</li>" for rid, n in hit)
+    return ("<p class='sev-warning'>Unreadable images were skipped (--skip-unreadable): n in the tables below "
+            f"counts only the images that could be read.</p><ul class='notes'>{items}</ul>")
 
 
 def comparisons_tables(inp: Inputs, n_boot: int = 1000) -> Tuple[Optional[Table], Optional[Table]]:
@@ -151,7 +166,7 @@ def build_report(data: Any, title: str = "Robustness report", n_boot: int = 1000
     from .plots import _rank_collapse, figures
 
     inp = as_inputs(data)
-    sections: List[str] = []
+    sections: List[str] = [skipped_notice(inp.runs)]
     try:
         paper = paper_tables(inp, n_boot=n_boot)
     except Exception as exc:  # noqa: BLE001  (e.g. nothing in paper shape: show the rest)

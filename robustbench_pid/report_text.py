@@ -37,7 +37,19 @@ def format_summary(summary: pd.DataFrame) -> str:
         okeys = [k for k in keys if k not in ("attack", "eps", "condition")] + ["metric"]
         cols = okeys + (["condition"] if "condition" in keys else []) + ["cell", "n"]
         parts.append(other[cols].rename(columns={"cell": "value"}).to_string(index=False))
-    return "\n\n".join(parts)
+    note = skipped_note(summary)
+    return "\n\n".join(parts + ([note] if note else []))
+
+
+def skipped_note(summary: pd.DataFrame) -> str:
+    """One line saying how many unreadable images were skipped (``n_skipped``), or ''."""
+    if "n_skipped" not in summary.columns:
+        return ""
+    n = int(pd.to_numeric(summary["n_skipped"], errors="coerce").fillna(0).max())
+    if n <= 0:
+        return ""
+    return (f"note: {n} unreadable image(s) were skipped (--skip-unreadable), so n counts only the images that "
+            f"could be read (column n_skipped in summary.csv; their paths are in run.json)")
 
 
 PERCENT_METRICS = ("top1", "top5", "mce", "relative_mce", "aupr", "auroc", "fpr95", "mean_error")

@@ -67,7 +67,24 @@ def summarize(records: pd.DataFrame, ce_baseline: Optional[str] = None) -> pd.Da
         return pd.DataFrame(columns=TIDY_COLUMNS)
     df = pd.concat(parts, ignore_index=True)
     front = [c for c in TIDY_COLUMNS if c in df.columns]
-    return df[front + [c for c in df.columns if c not in front]]
+    return add_skipped_column(df[front + [c for c in df.columns if c not in front]], records)
+
+
+def add_skipped_column(summary: pd.DataFrame, records: pd.DataFrame) -> pd.DataFrame:
+    """``n_skipped``: images ``--skip-unreadable`` dropped from the run each row belongs to, so a
+    reader of the table sees that ``n`` shrank. Only for records that can say (image-file datasets)."""
+    if "skipped_unreadable" not in records.columns or summary.empty:
+        return summary
+    counts = records["skipped_unreadable"].fillna(0)
+    if "run_id" in records.columns and "run_id" in summary.columns:
+        per_run = counts.groupby(records["run_id"]).max()
+        n = summary["run_id"].map(per_run).fillna(0)
+    else:
+        n = pd.Series(counts.max(), index=summary.index)
+    out = summary.copy()
+    out.insert(list(out.columns).index("n") + 1 if "n" in out.columns else len(out.columns), "n_skipped",
+               n.astype(int))
+    return out
 
 
 def _identify_aggregates(rows: pd.DataFrame, records: pd.DataFrame) -> pd.DataFrame:

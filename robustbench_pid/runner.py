@@ -4,10 +4,12 @@ Work units (benchmark x attack x eps x chunk of samples) are keyed by a content 
 everything that determines their records. The run folder::
 
     plan.json                 every unit of the run (keys, settings, sample ranges) + sample ids
-    units/<key>.parquet/.json a finished unit: records, then metadata (each temp file + rename)
+    units/<key>.parquet/.json a finished unit: records, then metadata with the records' sha256
+                              (each temp file + rename; the checksum is verified on every read)
     units/<key>.claim         "a live process is computing this unit" (O_EXCL create)
     shards/<i>-of-<n>_*.json  one per process: which shard, where, when, with which plan
-    records.parquet, summary.csv, run.json   written by finalize once every unit is present
+    records.parquet, summary.csv, run.json   written by finalize once every unit is present, in this
+                              order: run.json's status "complete" is the last write
 
 Why it is built this way:
 - Exact resume. A unit is done exactly when both its parquet and json exist; both are written
@@ -40,6 +42,7 @@ import json
 import os
 import platform
 import random
+import signal
 import socket
 import subprocess
 import sys
@@ -57,11 +60,13 @@ import torch
 from torch.utils.data import DataLoader
 
 from . import __version__
-from .benchmarks import Unit, get_benchmark
+from .benchmarks import Unit, check_options, get_benchmark
 from .conditions import add_identity
 from .data import dataset_info, load_dataset
 from .device import attack_precision, check_precision, find_batch_size, pick_device, wants_channels_last
-from .errors import UserError, without_worker_traceback
+from .errors import UserError, without_worker_traceback, write_error
+from .integrity import (BAD_META, CHECKSUM_KEY, MISMATCH, UNVERIFIED, problem, raise_bad_unit, read_unit_bytes,
+                        sha256_bytes, warn, warn_unverified)
 from .models import load_model
 from .results import summarize
 from .specs import PROTOCOLS, RunSpec
@@ -243,21 +248,39 @@ def atomic_write_bytes(path: Path, data: bytes, durable: bool = True) -> None:
     """
     tmp = _tmp_path(path)
     try:
-        with open(tmp, "wb") as f:
-            f.write(data)
-            if durable:
-                f.flush()
-                os.fsync(f.fileno())
+        _write_file(tmp, data, durable)
         os.replace(tmp, path)
+    except OSError as exc:  # disk full / permission lost: one line naming the file, not a traceback
+        err = write_error(exc, path)
+        if err is None:
+            raise
+        raise err from None
     finally:
-        if tmp.exists():
-            tmp.unlink()
+        with contextlib.suppress(OSError):
+            if tmp.exists():
+                tmp.unlink()
 
 
-def write_parquet_atomic(df: pd.DataFrame, path: Path) -> None:
+def parquet_bytes(df: pd.DataFrame) -> bytes:
     buf = io.BytesIO()
     df.to_parquet(buf, index=False)
-    atomic_write_bytes(path, buf.getvalue())
+    return buf.getvalue()
+
+
+def _write_file(tmp: Path, data: bytes, durable: bool) -> None:
+    """The one place bytes reach the disk (tests inject disk-full / permission faults here)."""
+    with open(tmp, "wb") as f:
+        f.write(data)
+        if durable:
+            f.flush()
+            os.fsync(f.fileno())
+
+
+def write_parquet_atomic(df: pd.DataFrame, path: Path) -> str:
+    """Write ``df`` atomically; returns the sha256 of the bytes written (recorded for units)."""
+    data = parquet_bytes(df)
+    atomic_write_bytes(path, data)
+    return sha256_bytes(data)
 
 
 def _write_json(path: Path, obj: Dict[str, Any], durable: bool = False) -> None:
@@ -478,6 +501,7 @@ def prepare(spec: RunSpec) -> Context:
         raise UserError(f"--limit must be >= 1, got {spec.limit}")
     shard_of(spec)  # malformed --shard / environment -> clear error before loading anything
     get_benchmark(spec.benchmark)  # unknown benchmark -> clear error
+    check_options(spec.benchmark, spec.benchmark_options)  # unknown --bench-opt key -> clear error
     info = dataset_info(spec.dataset)
     device = pick_device(spec.device)
     check_precision(device, spec.precision)
@@ -607,9 +631,19 @@ def run(spec: RunSpec) -> Path:
     shard_file = out / "shards" / f"{shard_i}-of-{shard_n}_{_HOST}_{os.getpid()}_{uuid.uuid4().hex[:6]}.json"
     me = {"shard": shard_i, "n_shards": shard_n, "plan_hash": phash, "host": _HOST, "pid": os.getpid(),
           "device": str(ctx.device), "device_name": _device_name(ctx.device), "batch_size": ctx.batch_size,
-          "precision": spec.precision, "units_assigned": len(mine), "started": _now(), "t_started": time.time(), "status": "running"}
+          "precision": spec.precision, "units_assigned": len(mine), "started": _now(), "t_started": time.time(), "status": "running",
+          "pid_start": _proc_start(os.getpid())}
     _write_json(shard_file, me)
-    computed, seconds = _work(ctx, out, mine, (shard_i, shard_n))
+    try:
+        with _sigterm_as_interrupt():
+            computed, seconds = _work(ctx, out, mine, (shard_i, shard_n))
+    except BaseException as exc:
+        # the process itself records why its shard stopped (kill -9 is caught by mark_dead instead)
+        stopped = "interrupted" if isinstance(exc, (KeyboardInterrupt, SystemExit)) else "failed"
+        with contextlib.suppress(Exception):
+            _write_json(shard_file, {**me, "status": stopped, "finished": _now(), "t_finished": time.time(),
+                                     "error": f"{type(exc).__name__}: {exc}"[:500]})
+        raise
     _write_json(shard_file, {**me, "status": "done", "finished": _now(), "t_finished": time.time(), "units_computed": computed,
                              "compute_seconds": round(seconds, 3), "wall_seconds": round(time.time() - t0, 3)})
     torchrun = not spec.shard and "RANK" in os.environ and "WORLD_SIZE" in os.environ and shard_n > 1
@@ -627,6 +661,24 @@ def run(spec: RunSpec) -> Path:
     return out
 
 
+@contextlib.contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    """SIGTERM (a scheduler's or torchrun's stop) raises KeyboardInterrupt, so the shard entry is
+    written as ``interrupted`` and finished units are flushed. Main thread only (signal rules)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt("SIGTERM")
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def _work(ctx: Context, out: Path, mine: List[Unit], shard: Tuple[int, int]) -> Tuple[int, float]:
     """Compute this process's units not done yet; wait for those other live processes hold."""
     from tqdm.auto import tqdm
@@ -634,6 +686,7 @@ def _work(ctx: Context, out: Path, mine: List[Unit], shard: Tuple[int, int]) -> 
     spec = ctx.spec
     units_dir = out / "units"
     bench = get_benchmark(spec.benchmark)
+    verify_done_units(units_dir, mine)
     total = sum(u.stop - u.start for u in mine)
     done0 = sum(u.stop - u.start for u in mine if unit_done(units_dir, u.key))
     desc = f"{spec.model} {spec.benchmark}" + (f" [shard {shard[0]}/{shard[1]}]" if shard[1] > 1 else "")
@@ -698,6 +751,24 @@ def _work(ctx: Context, out: Path, mine: List[Unit], shard: Tuple[int, int]) -> 
     return computed, seconds
 
 
+def verify_done_units(units_dir: Path, units: Sequence[Unit]) -> int:
+    """On resume: recompute (delete, with a warning) finished units whose file fails its checksum;
+    returns how many carry no checksum (written by an older version: used unverified, warned)."""
+    unverified = 0
+    for u in units:
+        if not unit_done(units_dir, u.key):
+            continue
+        state, _, _ = read_unit_bytes(units_dir, u.key)
+        if state in (MISMATCH, BAD_META):
+            warn(f"{problem(state, units_dir, u.key)}; recomputing {unit_label(u)}")
+            for suffix in (".json", ".parquet"):  # json first: the unit stops counting as done at once
+                (units_dir / f"{u.key}{suffix}").unlink(missing_ok=True)
+        elif state == UNVERIFIED:
+            unverified += 1
+    warn_unverified(unverified, units_dir.parent)
+    return unverified
+
+
 def _fresh_claims(units_dir: Path, within: float) -> bool:
     now = time.time()
     for p in units_dir.glob("*.claim"):
@@ -740,9 +811,9 @@ def _write_unit(ctx: Context, u: Unit, recs: pd.DataFrame, units_dir: Path, seco
                 claims: Optional["Claims"] = None) -> None:
     """Records, then metadata (each atomic and fsync'ed): the unit is done once both exist."""
     try:
-        write_parquet_atomic(recs, units_dir / f"{u.key}.parquet")
+        digest = write_parquet_atomic(recs, units_dir / f"{u.key}.parquet")
         _write_json(units_dir / f"{u.key}.json", durable=True, obj={
-            **_unit_dict(u), "n": len(recs), "n_samples": int(recs["sample_id"].nunique()),
+            **_unit_dict(u), CHECKSUM_KEY: digest, "n": len(recs), "n_samples": int(recs["sample_id"].nunique()),
             "seconds": round(seconds, 3), "device": str(ctx.device), "host": _HOST, "pid": os.getpid(),
             "batch_size": ctx.batch_size, "finished": _now()})
     finally:
@@ -850,21 +921,25 @@ def finalize_run(out: Path, expected_plan: Optional[str] = None) -> pd.DataFrame
                             f"ran; use one --out folder per configuration")
         units = check_complete(out, plan)
         units_dir = out / "units"
-        frames = []
+        frames, metas, unverified = [], [], 0
         for u in units:
+            state, data, meta = read_unit_bytes(units_dir, u.key)
+            if state in (MISMATCH, BAD_META):
+                raise_bad_unit(state, units_dir, u.key, unit_label(u))
+            unverified += state == UNVERIFIED
             try:
-                frames.append(pd.read_parquet(units_dir / f"{u.key}.parquet"))
+                frames.append(pd.read_parquet(io.BytesIO(data)))
             except Exception as exc:  # noqa: BLE001 - name the unreadable file, whatever pyarrow raises
                 raise UserError(f"{units_dir / (u.key + '.parquet')} is unreadable ({exc}); delete it and its "
                                 f".json and re-run the command to recompute {unit_label(u)}") from None
+            metas.append(meta or {})
+        warn_unverified(unverified, out)
         check_records(units, frames, plan["sample_ids"])
         records = pd.concat(frames, ignore_index=True)
         # each record says what was measured: precision and the condition's identity (conditions.py)
         records = add_identity(records.assign(precision=str(plan["provenance"].get("precision") or "fp32")))
-        write_parquet_atomic(records, out / "records.parquet")
         summary = summarize(records)
-        metas = [_read_json(units_dir / f"{u.key}.json") or {} for u in units]
-        shards = [s for s in (_read_json(p) for p in sorted((out / "shards").glob("*.json")))
+        shards = [mark_dead(s) for s in (_read_json(p) for p in sorted((out / "shards").glob("*.json")))
                   if s and s.get("plan_hash") == plan["plan_hash"]]
         prov = dict(plan["provenance"])
         devices = sorted({s["device"] for s in shards if s.get("device")})
@@ -877,14 +952,30 @@ def finalize_run(out: Path, expected_plan: Optional[str] = None) -> pd.DataFrame
         if starts:
             prov["started"] = min(starts)
         t_start = min((float(s["t_started"]) for s in shards if s.get("t_started")), default=None)
+        # Tables first, run.json's "complete" last: a failure at any write (disk full, kill) leaves
+        # a folder that is not marked complete, and the next run/merge writes everything again.
+        write_parquet_atomic(records, out / "records.parquet")
+        atomic_write_bytes(out / "summary.csv", summary.to_csv(index=False).encode())
         _write_json(out / "run.json", {
             **prov, "plan_hash": plan["plan_hash"], "status": "complete",
             "wall_seconds": round(time.time() - t_start, 2) if t_start else None,
             "compute_seconds": round(sum(float(m.get("seconds", 0)) for m in metas), 2),
-            "n_records": len(records), "shards": shards, "finished": _now(),
+            "n_records": len(records), "units_unverified": unverified, "shards": shards, "finished": _now(),
             "finalized_by": {"host": _HOST, "pid": os.getpid()}})
-        atomic_write_bytes(out / "summary.csv", summary.to_csv(index=False).encode())
     return summary
+
+
+def mark_dead(shard: Dict[str, Any]) -> Dict[str, Any]:
+    """A shard entry still ``running`` whose process is gone (same host: pid dead or recycled)
+    becomes ``died``; entries of other hosts cannot be checked and are left as they are."""
+    if shard.get("status") != "running" or shard.get("host") != _HOST:
+        return shard
+    pid = int(shard.get("pid", -1))
+    start = shard.get("pid_start")
+    recycled = start is not None and _proc_start(pid) not in (None, start)
+    if _pid_alive(pid) and not recycled:
+        return shard
+    return {**shard, "status": "died"}
 
 
 def merge(out: Path) -> pd.DataFrame:
@@ -898,6 +989,9 @@ def _stamp(recs: pd.DataFrame, ctx: Context, u: Unit) -> pd.DataFrame:
                   "condition": u.condition, "unit": u.key})
     for k, v in reversed(list(front.items())):
         recs.insert(0, k, v)
+    n_skipped = getattr(ctx.dataset, "n_unreadable", None)
+    if n_skipped is not None and "skipped_unreadable" not in recs.columns:
+        recs["skipped_unreadable"] = int(n_skipped)  # what shrank n, on every benchmark's records
     return recs
 
 

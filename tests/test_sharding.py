@@ -89,6 +89,15 @@ def test_explicit_shards_then_merge_equal_one_process(tmp_path: Path, reference:
     pd.testing.assert_frame_equal(records(out), records(reference), check_exact=True)
 
 
+def _restamp(parquet: Path) -> None:
+    """Record the file's current sha256 in its unit json, as if it had been written like this."""
+    from robustbench_pid.integrity import sha256_bytes
+
+    meta = parquet.with_suffix(".json")
+    m = json.loads(meta.read_text())
+    meta.write_text(json.dumps({**m, "parquet_sha256": sha256_bytes(parquet.read_bytes())}))
+
+
 def test_merge_rejects_duplicated_or_foreign_samples(tmp_path: Path, reference: Path) -> None:
     out = tmp_path / "run"
     shutil.copytree(reference, out)
@@ -98,15 +107,23 @@ def test_merge_rejects_duplicated_or_foreign_samples(tmp_path: Path, reference: 
     df = pd.read_parquet(out / "units" / f"{a['key']}.parquet")
     # unit b's file now holds unit a's samples (stamped as b): sample 0..9 twice, 10..19 never
     df.assign(unit=b["key"]).to_parquet(out / "units" / f"{b['key']}.parquet", index=False)
+    # the file no longer matches the checksum written with it: refused before anything else
+    with pytest.raises(UserError, match=rf"units/{b['key']}.parquet does not match the sha256"):
+        merge(out)
+    # a unit consistent with its checksum but with the wrong samples (e.g. from a buggy writer)
+    _restamp(out / "units" / f"{b['key']}.parquet")
     with pytest.raises(UserError, match=r"(?s)exactly-once.*samples missing"):
         merge(out)
     # one sample duplicated inside a unit
     df2 = pd.concat([df, df.iloc[:1]], ignore_index=True)
-    shutil.copy(reference / "units" / f"{b['key']}.parquet", out / "units" / f"{b['key']}.parquet")
+    for k in ("parquet", "json"):
+        shutil.copy(reference / "units" / f"{b['key']}.{k}", out / "units" / f"{b['key']}.{k}")
     df2.to_parquet(out / "units" / f"{a['key']}.parquet", index=False)
+    _restamp(out / "units" / f"{a['key']}.parquet")
     with pytest.raises(UserError, match="appear more often"):
         merge(out)
-    shutil.copy(reference / "units" / f"{a['key']}.parquet", out / "units" / f"{a['key']}.parquet")
+    for k in ("parquet", "json"):
+        shutil.copy(reference / "units" / f"{a['key']}.{k}", out / "units" / f"{a['key']}.{k}")
     merge(out)
     pd.testing.assert_frame_equal(records(out), records(reference), check_exact=True)
 

@@ -24,19 +24,25 @@ from ..errors import UserError
 Bounds = Optional[Tuple[float, float]]
 
 
-def parse_eps(text: str) -> float:
-    """Parse one eps value: ``0.03``, ``8/255``. Refuses anything else with a clear message."""
+def _number(text: Any) -> float:
+    """``0.03`` or ``8/255`` as a float (ValueError/ZeroDivisionError otherwise; any sign)."""
     s = str(text).strip()
+    if "/" in s:
+        num, den = s.split("/", 1)
+        return float(num) / float(den)
+    return float(s)
+
+
+def parse_eps(text: str, what: str = "eps") -> float:
+    """Parse one eps-like value: ``0.03``, ``8/255``. Refuses anything else with a clear message
+    naming ``what`` (``eps``, ``--step-size``, ...)."""
     try:
-        if "/" in s:
-            num, den = s.split("/", 1)
-            value = float(num) / float(den)
-        else:
-            value = float(s)
+        value = _number(text)
     except (ValueError, ZeroDivisionError):
-        raise UserError(f"malformed eps {text!r}: give numbers like 0.03 or 8/255, comma-separated") from None
+        example = "numbers like 0.03 or 8/255, comma-separated" if what == "eps" else "a number like 0.01 or 2/255"
+        raise UserError(f"malformed {what} {text!r}: give {example}") from None
     if not math.isfinite(value) or value < 0:
-        raise UserError(f"eps {text!r} must be a finite number >= 0")
+        raise UserError(f"{what} {text!r} must be a finite number >= 0")
     return value
 
 
@@ -87,8 +93,16 @@ class Attack:
                             f"({self.norm} bound for images in [0, 1]); did you mean {self.eps:g}/255?")
         for f in dataclasses.fields(self):
             v = getattr(self, f.name)
-            if f.name in ("steps", "iterations", "n_samples", "n_queries", "restarts") and isinstance(v, int) and v < 0:
-                raise UserError(f"{loc}attack {self.name!r}: {f.name} must be >= 0, got {v}")
+            if f.name in COUNTS and isinstance(v, int) and v < 1:
+                raise UserError(f"{loc}attack {self.name!r}: {f.name} must be >= 1, got {v}: with no {f.name} the "
+                                f"attack leaves every image as it is and its row would just repeat clean accuracy. "
+                                f"Give {f.name} >= 1 (--steps N / --param {f.name}=N), or drop the attack")
+            if f.name == "restarts" and isinstance(v, int) and v < 0:
+                raise UserError(f"{loc}attack {self.name!r}: restarts must be >= 0, got {v}")
+            if f.name in POSITIVE and v is not None and not v > 0:
+                flag = "--step-size" if f.name == "step_size" else f"--param {f.name}"
+                raise UserError(f"{loc}attack {self.name!r}: setting {f.name!r} must be a positive number (> 0), got {v:g} "
+                                f"({flag})")
             if f.name == "stop_topk" and isinstance(v, int) and v < 1:
                 raise UserError(f"{loc}attack {self.name!r}: stop_topk must be >= 1, got {v}")
 
@@ -191,11 +205,19 @@ def _show(v: Any) -> str:
     return str(v)
 
 
+# iteration counts: 0 would silently turn the attack into the identity; settings that must be > 0
+COUNTS = ("steps", "iterations", "n_samples", "n_queries", "search_steps")
+POSITIVE = ("step_size", "step_size_factor", "lr", "fd_delta", "c_init")
+_TYPE_WORDS = {"float": "a finite number (float)", "int": "a whole number (int)", "bool": "true or false (bool)",
+               "str": "text (str)", "Optional[float]": "a finite number or none"}
+
+
 def _finite_float(value: Any) -> float:
-    """A float setting: a number or an "a/b" string; booleans and non-finite values are refused."""
+    """A float setting: a number or an "a/b" string; booleans and non-finite values are refused
+    (the sign is checked by ``validate``, which can say what the setting needs)."""
     if isinstance(value, bool):
         raise ValueError
-    v = parse_eps(value) if isinstance(value, str) else float(value)
+    v = _number(value) if isinstance(value, str) else float(value)
     if not math.isfinite(v):
         raise ValueError
     return v
@@ -222,6 +244,7 @@ def _coerce(attack: str, key: str, value: Any, typ: Any, loc: str) -> Any:
             return str(value)
         if t.startswith("Optional[float]"):
             return None if value in (None, "none", "None") else _finite_float(value)
-    except (ValueError, TypeError, UserError):
-        raise UserError(f"{loc}attack {attack!r}: setting {key!r} must be a {t}, got {value!r}") from None
+    except (ValueError, TypeError, ZeroDivisionError, UserError):
+        raise UserError(f"{loc}attack {attack!r}: setting {key!r} must be {_TYPE_WORDS.get(t, 'a ' + t)}, "
+                        f"got {value!r}") from None
     return value

@@ -50,6 +50,7 @@ import torch
 
 from ..attacks import make_attack
 from ..device import attack_precision
+from ..health import check_finite
 from ..results import accuracy_rows
 from . import Benchmark, Unit, benchmarks
 
@@ -105,6 +106,7 @@ class Adversarial(Benchmark):
         for x, y, sids in ctx.batches(unit):
             with torch.inference_mode():
                 clean_logits = model(x).float()
+            check_finite(clean_logits, ctx, unit, "clean")
             clean_pred = clean_logits.argmax(1)
             c1, c5 = topk_correct(clean_logits, y, 1), topk_correct(clean_logits, y, 5)
             rec = {"sample_id": sids, "label": y.cpu().numpy(), "clean_pred": clean_pred.cpu().numpy(),
@@ -124,6 +126,7 @@ class Adversarial(Benchmark):
                 z = ctx.model.normalize(x)
                 with attack_precision(ctx.device, ctx.spec.precision):
                     z_adv = attack(net, z, clean_pred, bounds=None, generator=gen)
+                check_finite(z_adv, ctx, unit, "attack")
                 x_adv_pixels = ctx.model.denormalize(z_adv)
                 with torch.inference_mode():
                     adv_logits = net(z_adv).float()
@@ -138,6 +141,7 @@ class Adversarial(Benchmark):
                     with attack_precision(ctx.device, ctx.spec.precision):
                         x_adv[sel] = attack(ctx.attack_model or ctx.model, x[sel], y[sel], bounds=(0.0, 1.0),
                                             generator=gen)
+                    check_finite(x_adv[sel], ctx, unit, "attack")
                     if "grad_zero" in attack.stats:
                         grad_zero[sel.cpu()] = attack.stats["grad_zero"]
                         gz_known = True
@@ -145,6 +149,7 @@ class Adversarial(Benchmark):
                 with torch.inference_mode():
                     adv_logits = model(x_adv).float()
                 attacked = attacked.cpu()
+            check_finite(adv_logits, ctx, unit, "verdict")
             a1, a5 = topk_correct(adv_logits, y, 1), topk_correct(adv_logits, y, 5)
             if attack.worst_case and not paper:
                 a1, a5 = a1 & c1, a5 & c5

@@ -34,6 +34,7 @@ from ..imagenet_info import ALEXNET_CLEAN_ERR, ALEXNET_MEAN_ERR, CORRUPTIONS_15,
 from ..metrics import corruption_errors, relative_mean_corruption_error
 from ..results import ID_COLUMNS, accuracy_rows
 from ..errors import without_worker_traceback
+from ..health import check_finite
 from . import Benchmark, Unit, benchmarks
 
 BASELINE_ENV = "ROBUSTBENCH_PID_CE_BASELINE"
@@ -51,9 +52,13 @@ def _options(ctx: Any) -> Dict[str, Any]:
     return dict(ctx.spec.benchmark_options.get("corruptions", {}))
 
 
-def predict_records(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, sids: List[str]) -> Dict[str, Any]:
+def predict_records(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, sids: List[str],
+                    ctx: Any = None, unit: Optional[Unit] = None) -> Dict[str, Any]:
+    """Plain prediction records; with ``ctx``/``unit`` the logits are checked for NaN/inf first."""
     with torch.inference_mode():
         logits = model(x).float()
+    if ctx is not None:
+        check_finite(logits, ctx, unit, "clean")
     return {"sample_id": sids, "label": y.cpu().numpy(), "pred": logits.argmax(1).cpu().numpy(),
             "correct_top1": topk_correct(logits, y, 1).cpu().numpy(),
             "correct_top5": topk_correct(logits, y, 5).cpu().numpy()}
@@ -62,6 +67,8 @@ def predict_records(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, si
 @benchmarks.register("corruptions")
 class Corruptions(Benchmark):
     name = "corruptions"
+    options = {"corruptions": "list of corruption names, default the 15 ImageNet-C ones",
+               "severities": "list of severities 1..5, default all"}
 
     def plan(self, ctx: Any) -> List[Unit]:
         from ..corruptions import check_corruption, corrupt_tta_version
@@ -94,7 +101,7 @@ class Corruptions(Benchmark):
             if name and not workers:
                 seeds = [sample_seed(ctx.spec.seed, name, sev, s) for s in sids]
                 x = corrupt_batch(x, name, sev, seeds)
-            rec = predict_records(model, x, y, sids)
+            rec = predict_records(model, x, y, sids, ctx, unit)
             rec.update(corruption=name, severity=sev)
             rows.append(pd.DataFrame(rec))
             ctx.advance(len(y))

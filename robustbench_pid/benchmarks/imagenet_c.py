@@ -61,7 +61,7 @@ class ImageNetC(Benchmark):
         model = ctx.eval_model or ctx.model
         rows = []
         for x, y, sids in ctx.batches(unit):
-            rec = predict_records(model, x, y, sids)
+            rec = predict_records(model, x, y, sids, ctx, unit)
             name, sev = split_condition(unit.condition)
             rec.update(corruption=name, severity=sev,
                        skipped_unreadable=int(getattr(ctx.dataset, "n_unreadable", 0)))

@@ -20,6 +20,7 @@ from typing import Any, List
 import pandas as pd
 import torch
 
+from ..health import check_finite
 from ..metrics import ood_detection_metrics
 from ..results import ID_COLUMNS, accuracy_rows
 from . import Benchmark, Unit, benchmarks
@@ -46,6 +47,7 @@ class OOD(Benchmark):
         for x, y, sids in ctx.batches(unit):
             with torch.inference_mode():
                 logits = model(x).float()
+            check_finite(logits, ctx, unit, "clean")
             score = -torch.softmax(logits.index_select(1, idx), dim=1).amax(1)
             top5 = masked_topk(logits, idx, 5)
             rows.append(pd.DataFrame({

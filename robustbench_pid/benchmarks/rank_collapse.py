@@ -23,6 +23,7 @@ from typing import Any, Dict, List
 import pandas as pd
 import torch
 
+from ..health import check_finite
 from ..results import ID_COLUMNS
 from . import Benchmark, Unit, benchmarks
 
@@ -62,6 +63,7 @@ def select_images(ctx: Any) -> str:
 class RankCollapse(Benchmark):
     name = NAME
     group_cols = ["layer"]
+    options = {"n_images": "how many images to choose at random (seeded by --seed)"}
 
     def plan(self, ctx: Any) -> List[Unit]:
         from ..runner import chunks
@@ -79,6 +81,7 @@ class RankCollapse(Benchmark):
         for x, y, sids in ctx.batches(unit):
             logits, cos = layer_cosines(model, x)
             logits = logits.float()
+            check_finite(logits, ctx, unit, "clean")
             k5 = min(5, logits.shape[1])
             pred = logits.argmax(1)
             c1 = (pred == y).cpu().numpy()

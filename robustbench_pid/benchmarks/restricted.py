@@ -16,6 +16,7 @@ from typing import Any, List
 import pandas as pd
 import torch
 
+from ..health import check_finite
 from ..results import accuracy_rows
 from . import Benchmark, Unit, benchmarks
 
@@ -54,6 +55,7 @@ class Restricted(Benchmark):
         for x, y, sids in ctx.batches(unit):
             with torch.inference_mode():
                 logits = model(x).float()
+            check_finite(logits, ctx, unit, "clean")
             top5 = masked_topk(logits, idx, 5)
             rows.append(pd.DataFrame({
                 "sample_id": sids, "label": y.cpu().numpy(), "pred": top5[:, 0].cpu().numpy(),

@@ -13,7 +13,7 @@ import sys
 from types import ModuleType
 from typing import Dict, List, Optional
 
-from ..errors import UserError
+from ..errors import UserError, write_error
 from ..registry import UnknownNameError
 
 
@@ -39,6 +39,12 @@ def _guard(fn, args) -> int:
 
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except OSError as exc:  # disk full / permission lost outside the atomic writers (claims, folders)
+        err = write_error(exc)
+        if err is None:
+            raise
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print("interrupted: finished work units are kept; re-run the same command to resume", file=sys.stderr)
         return 130

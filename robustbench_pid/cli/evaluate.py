@@ -81,7 +81,7 @@ def attack_specs(args: argparse.Namespace) -> List[Any]:
     if args.steps is not None:
         overrides["steps"] = args.steps
     if args.step_size is not None:
-        overrides["step_size"] = parse_eps(args.step_size)
+        overrides["step_size"] = parse_eps(args.step_size, what="step size (--step-size)")
     for kv in args.param:
         if "=" not in kv:
             raise UserError(f"--param {kv!r}: expected KEY=VALUE")

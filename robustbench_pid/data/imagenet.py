@@ -252,11 +252,13 @@ def _restricted(name: str, key: str):
 def imagenet_root_option(opt: Optional[str], who: str) -> Path:
     val = opt or os.environ.get(IMAGENET_ROOT_ENV)
     if not val:
-        raise UserError(f"{who} needs the ImageNet validation set too: set {IMAGENET_ROOT_ENV}=DIR (the folder "
-                        f"holding val/<wnid>/*.JPEG or <wnid>/*.JPEG), or pass the dataset option imagenet_root")
+        raise UserError(f"{who} needs the ImageNet validation set too: pass --imagenet-root DIR (the folder "
+                        f"holding val/<wnid>/*.JPEG or <wnid>/*.JPEG), or set {IMAGENET_ROOT_ENV}=DIR "
+                        f"(Python: the dataset option imagenet_root)")
     p = Path(val).expanduser()
     if not p.is_dir():
-        raise UserError(f"ImageNet root {p} (from {IMAGENET_ROOT_ENV} / imagenet_root) is not a folder")
+        raise UserError(f"ImageNet root {p} (from --imagenet-root / {IMAGENET_ROOT_ENV} / imagenet_root) is not a "
+                        f"folder; pass --imagenet-root DIR with the ImageNet validation images")
     return _descend(p, "val", "imagenet")
 
 

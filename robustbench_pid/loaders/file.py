@@ -36,11 +36,19 @@ def load_file(name: str, *, allow_pickle: bool = False) -> Loaded:
     if not path.is_file() and "#" in name:
         base, key = name.rsplit("#", 1)
         path = Path(base).expanduser()
+    if path.is_dir():
+        inside = sorted(str(p) for p in path.iterdir() if p.suffix in SUFFIXES)[:5]
+        hint = f" (checkpoint files in it: {', '.join(inside)})" if inside else ""
+        raise CheckpointError(f"checkpoint {path} is a directory, not a checkpoint file: pass the file itself, e.g. "
+                              f"--checkpoint {path}/model.safetensors{hint}")
     if not path.is_file():
         raise CheckpointError(f"checkpoint file not found: {path} (give a local .pth/.pt/.bin/.safetensors file, "
                               f"embedded:NAME or timm:NAME)")
     if _suffix(path) not in SUFFIXES:
         raise CheckpointError(f"{path}: unsupported checkpoint format {_suffix(path)!r}; expected one of {', '.join(SUFFIXES)}")
+    if path.stat().st_size == 0:
+        raise CheckpointError(f"checkpoint {path} is empty (0 bytes): an interrupted download or copy? Copy or save "
+                              f"the checkpoint again")
     digest = sha256_file(path)
     notes = []
     if path.suffix == ".safetensors":

@@ -129,6 +129,9 @@ class PidBlock(Block):
 class PidVisionTransformer(VisionTransformer):
     """timm ``VisionTransformer`` with PID attention in every block."""
 
+    # arguments the model factory turns into ``gains`` (so --lambda-p etc. are valid for this class)
+    factory_kwargs = ("lambda_p", "lambda_i", "lambda_d", "beta", "first_derivative")
+
     def __init__(self, *args: Any, gains: Optional[PidGains] = None, **kwargs: Any) -> None:
         gains = gains or PidGains()
         kwargs.setdefault("block_fn", PidBlock)  # a PidBlock subclass may be given (FeatScale)

@@ -153,6 +153,9 @@ class SymAttention(Attention):
 class SymVisionTransformer(VisionTransformer):
     """timm ``VisionTransformer`` with symmetric attention; RPC-Attention in ``rpc.rpc_layers``."""
 
+    # arguments the model factory turns into ``rpc`` (RPC_FIELDS below)
+    factory_kwargs = ("pap_iterations", "pap_lambda", "rpc_layers", "pap_convention")
+
     def __init__(self, *args: Any, rpc: Optional[RpcConfig] = None, **kwargs: Any) -> None:
         kwargs["attn_layer"] = SymAttention
         super().__init__(*args, **kwargs)

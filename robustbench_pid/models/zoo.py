@@ -5,8 +5,9 @@ ImageNet; ``--model timm:NAME`` is any timm architecture; a registered timm name
 """
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass, field
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, Set
 
 import timm
 import torch
@@ -92,6 +93,55 @@ def build_model(arch: str, num_classes: Optional[int] = None, **kwargs: Any) -> 
     return timm.create_model(arch, pretrained=False, **kwargs)
 
 
+_BUILDER_KWARGS = ("pretrained_cfg", "pretrained_cfg_overlay", "feature_cfg")  # timm's builder takes these
+PID_GAINS = ("lambda_p", "lambda_i", "lambda_d", "beta")
+
+
+def _init_params(cls: type) -> Set[str]:
+    """Keyword names ``cls(...)`` accepts, following ``**kwargs`` up the class hierarchy."""
+    names: Set[str] = set()
+    for c in cls.__mro__:
+        init = c.__dict__.get("__init__")
+        if init is None:
+            continue
+        params = inspect.signature(init).parameters.values()
+        names |= {p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)} - {"self"}
+        if not any(p.kind == p.VAR_KEYWORD for p in params):
+            break
+    return names
+
+
+def check_arch_kwargs(res: "ResolvedModel", kwargs: Dict[str, Any], num_classes: Optional[int]) -> None:
+    """Refuse non-finite or unknown architecture arguments before building the model.
+
+    The architecture's class comes from a build on the meta device (no memory, ~0.1 s); what it
+    accepts is its ``__init__`` signature plus the factory's own arguments (``factory_kwargs``:
+    PID gains, RPC settings). Architectures that cannot be probed are checked by the real build.
+    """
+    from ..health import finite_kwargs
+
+    finite_kwargs(kwargs, res.alias)
+    if not kwargs:
+        return
+    try:
+        with torch.device("meta"):
+            cls = type(build_model(res.arch, num_classes=num_classes))
+    except Exception:  # noqa: BLE001 - the real build reports (and wraps) whatever this one hit
+        return
+    accepted = _init_params(cls) | set(getattr(cls, "factory_kwargs", ())) | set(_BUILDER_KWARGS)
+    unknown = [k for k in kwargs if k not in accepted]
+    if not unknown:
+        return
+    what = f"model {res.alias!r} ({res.arch}, {cls.__name__})"
+    gains = [k for k in unknown if k in PID_GAINS]
+    if gains:
+        flags = ", ".join("--" + k.replace("_", "-") for k in gains)
+        raise UserError(f"{what} is not a PID model, so it has no PID gains ({flags}): they apply only to PID "
+                        f"models such as pid_deit. Drop {flags}, or use --model pid_deit")
+    raise UserError(f"{what} has no architecture argument(s) {', '.join(map(repr, unknown))}; valid --model-arg "
+                    f"names: {', '.join(sorted(accepted - set(_BUILDER_KWARGS)))}")
+
+
 def robustness_settings(net: torch.nn.Module) -> Dict[str, Any]:
     """The attention-modification settings a model carries (PID gains, PAP), for provenance."""
     out: Dict[str, Any] = {}
@@ -118,7 +168,15 @@ def load_model(
     info = dataset_info(dataset)
     res = resolve_model(model, info.family, checkpoint)
     kwargs = {**res.arch_kwargs, **arch_kwargs}
-    net = build_model(res.arch, num_classes=info.num_classes, **kwargs)
+    check_arch_kwargs(res, kwargs, info.num_classes)
+    try:
+        net = build_model(res.arch, num_classes=info.num_classes, **kwargs)
+    except (TypeError, ValueError) as exc:
+        if not arch_kwargs:
+            raise
+        raise UserError(f"model {res.alias!r} ({res.arch}): bad architecture argument(s) "
+                        f"{', '.join(f'{k}={v!r}' for k, v in arch_kwargs.items())}: {exc}. Fix the --model-arg / "
+                        f"--lambda-* value(s)") from None
     ckinfo: Dict[str, Any] = {"checkpoint": None, "checkpoint_sha256": None}
     if res.checkpoint is not None:
         ckinfo = load_weights(net, res.checkpoint, allow_pickle=allow_pickle, strict=strict)
