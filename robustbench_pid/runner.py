@@ -96,6 +96,7 @@ class Context:
     progress: Any = None
     eval_model: Optional[torch.nn.Module] = None  # compiled model when --compile (clean/verdict passes)
     attack_model: Optional[torch.nn.Module] = None  # compiled model for attacks when --compile
+    attack_net: Optional[torch.nn.Module] = None  # compiled ``model.net`` (paper protocol) when --compile
     batch_size: int = 0
     channels_last: bool = False
     _plan: _BatchPlan = field(default_factory=_BatchPlan, repr=False)
@@ -134,7 +135,23 @@ class Context:
             raise RuntimeError(f"data loader returned {pos} of {len(idx)} samples for unit {unit.key[:12]}")
 
     def generator(self, unit: Unit) -> torch.Generator:
-        return torch.Generator(device=self.device).manual_seed(unit_seed(unit, self.spec.seed))
+        """The unit's generator: on the CPU whatever the run's device (attacks draw on it and move
+        the numbers to the device), so CPU and GPU runs draw the same random starts."""
+        return torch.Generator().manual_seed(unit_seed(unit, self.spec.seed))
+
+    # A compiled module must never be tested for truth (``a or b``): torch's OptimizedModule
+    # forwards ``len()`` to the wrapped module, which has none. These pick it explicitly.
+    def verdict_model(self) -> torch.nn.Module:
+        """The model for clean and verdict passes (compiled when --compile)."""
+        return self.eval_model if self.eval_model is not None else self.model
+
+    def attacked_model(self) -> torch.nn.Module:
+        """The model attacks differentiate in the standard protocol (compiled when --compile)."""
+        return self.attack_model if self.attack_model is not None else self.model
+
+    def attacked_net(self) -> torch.nn.Module:
+        """The network without normalization, which the paper protocol attacks and scores."""
+        return self.attack_net if self.attack_net is not None else self.model.net
 
     def advance(self, n: int) -> None:
         if self.progress is not None:
@@ -142,7 +159,16 @@ class Context:
 
 
 def unit_seed(unit: Unit, seed: int) -> int:
-    return (int(unit.key[:15], 16) + seed) % (2 ** 63)
+    """The seed of a unit's generator and global RNGs: a hash of what the unit does (benchmark,
+    attack, its settings, condition, sample range) and the run's ``--seed``.
+
+    Not of the model: two models evaluated with one command draw the same random starts on the
+    same samples (common random numbers, which make their paired comparison sharper), and
+    ``rbp.attack(..., seed=s)`` on the first n samples draws exactly what a run's first unit does.
+    """
+    h = _hash({"benchmark": unit.benchmark, "attack": unit.attack, "eps": float(unit.eps), "params": unit.params,
+               "condition": unit.condition, "start": unit.start, "stop": unit.stop, "seed": int(seed)})
+    return int(h[:15], 16)
 
 
 @contextlib.contextmanager
@@ -505,9 +531,12 @@ def prepare(spec: RunSpec) -> Context:
         batch_size = find_batch_size(model, tuple(model.info["input_size"]), device, spec.precision)
     ctx = Context(spec, model, ds, list(range(n)), device, ids, batch_size=batch_size, channels_last=channels_last)
     if spec.compile:
+        # Compiled once here, on the run's own model object, and reused by every unit (compilation
+        # happens lazily at the first call; batch-size changes trigger one dynamic recompile).
         compiled = torch.compile(model)
         ctx.eval_model = compiled
         ctx.attack_model = compiled
+        ctx.attack_net = torch.compile(model.net)
     assert info.num_classes == model.info["num_classes"]
     return ctx
 
@@ -983,8 +1012,8 @@ def calibrate(ctx: Context, reps: int = 3) -> Tuple[float, float]:
     one batch of the run's own data, model, device and precision (median of ``reps``)."""
     u = Unit("calibration", "clean", 0.0, "{}", "", 0, min(len(ctx.indices), ctx.batch_size), "0" * 64)
     x, y, _ = next(ctx.batches(u))
-    model = ctx.eval_model or ctx.model
-    amodel = ctx.attack_model or ctx.model
+    model = ctx.verdict_model()
+    amodel = ctx.attacked_model()
 
     def sync() -> None:
         if ctx.device.type == "cuda":
