@@ -222,12 +222,14 @@ def _hash(obj: Any) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()
 
 
-def default_out(spec: RunSpec) -> Path:
+def default_out(spec: RunSpec, identity: Optional[Dict[str, Any]] = None) -> Path:
+    """``identity``: content hashes of model/data objects, so different objects get different folders."""
     names = sorted({a.attack for a in spec.attacks})
     what = (Path(spec.suite).stem if spec.suite else
             "-".join(names) if names and spec.benchmark == "adversarial" else spec.benchmark)
-    tag = _hash({k: v for k, v in spec.as_dict().items()
-                 if k not in ("out", "quiet", "num_workers", "shard", "dry_run")})[:8]
+    tag = _hash({**{k: v for k, v in spec.as_dict().items()
+                    if k not in ("out", "quiet", "num_workers", "shard", "dry_run")},
+                 **({"objects": identity} if identity else {})})[:8]
     safe_model = spec.model.replace(":", "-").replace("/", "-")
     return Path("results") / f"{safe_model}_{spec.dataset}_{what}_{spec.protocol}_{tag}"
 
@@ -491,8 +493,12 @@ def shard_units(units: Sequence[Unit], i: int, n: int) -> List[Unit]:
 
 
 # --- preparation ----------------------------------------------------------------------------------
-def prepare(spec: RunSpec) -> Context:
-    """Validate the spec, load model and data (everything that can fail fast fails here)."""
+def prepare(spec: RunSpec, model: Optional[torch.nn.Module] = None, data: Any = None) -> Context:
+    """Validate the spec, load model and data (everything that can fail fast fails here).
+
+    ``model``/``data``: objects already made the runner's own (``objects.wrap_model`` /
+    ``objects.as_data``: copies, never the caller's) used instead of the spec's names.
+    """
     if spec.protocol not in PROTOCOLS:
         raise UserError(f"unknown protocol {spec.protocol!r}; valid: {', '.join(PROTOCOLS)}")
     if spec.batch_size < 0 or spec.chunk_size < 1:
@@ -503,13 +509,15 @@ def prepare(spec: RunSpec) -> Context:
         raise UserError(f"--limit must be >= 1, got {spec.limit}")
     shard_of(spec)  # malformed --shard / environment -> clear error before loading anything
     get_benchmark(spec.benchmark)  # unknown benchmark -> clear error
-    info = dataset_info(spec.dataset)
+    info = dataset_info(spec.dataset) if data is None else None
     device = pick_device(spec.device)
     check_precision(device, spec.precision)
     if spec.batch_size == 0 and device.type != "cuda":
         raise UserError("--batch-size 0 (find automatically) needs a GPU; on CPU give a number, e.g. --batch-size 64")
-    model = load_model(spec.model, spec.checkpoint, spec.dataset, allow_pickle=spec.allow_pickle,
-                       strict=spec.strict, **spec.arch_kwargs).to(device)
+    if model is None:
+        model = load_model(spec.model, spec.checkpoint, spec.dataset, allow_pickle=spec.allow_pickle,
+                           strict=spec.strict, **spec.arch_kwargs)
+    model = model.to(device)  # the runner's own object (loaded here, or a copy of the caller's)
     channels_last = wants_channels_last(model, device)
     if channels_last:
         model = model.to(memory_format=torch.channels_last)
@@ -518,7 +526,15 @@ def prepare(spec: RunSpec) -> Context:
         ds_opts.update(subset=spec.subset, subset_seed=spec.seed)
     if spec.skip_unreadable:
         ds_opts["skip_unreadable"] = True
-    ds = load_dataset(spec.dataset, spec.split, spec.data_root, model_info=model.info, **ds_opts)
+    if data is None:
+        ds = load_dataset(spec.dataset, spec.split, spec.data_root, **ds_opts,
+                          model_info={k: v for k, v in model.info.items() if v is not None})
+    else:
+        ds = data
+    if model.info.get("num_classes") is None or model.info.get("input_size") is None:
+        from .objects import complete_info
+
+        complete_info(model, ds[0][0], device)
     n = len(ds) if spec.limit is None else min(spec.limit, len(ds))
     if n == 0:
         raise UserError(f"dataset {spec.dataset!r} ({spec.split}) is empty")
@@ -537,7 +553,13 @@ def prepare(spec: RunSpec) -> Context:
         ctx.eval_model = compiled
         ctx.attack_model = compiled
         ctx.attack_net = torch.compile(model.net)
-    assert info.num_classes == model.info["num_classes"]
+    classes = model.info["num_classes"]
+    if info is not None and info.num_classes != classes:
+        raise UserError(f"the model outputs {classes} classes but dataset {spec.dataset!r} has {info.num_classes}; "
+                        f"give a model for this dataset (or num_classes= / a matching head)")
+    if data is not None and getattr(data, "max_label", -1) >= classes:
+        raise UserError(f"data= has labels up to {data.max_label} but the model outputs {classes} classes; "
+                        f"labels must be 0..{classes - 1}")
     return ctx
 
 
@@ -551,6 +573,8 @@ def unit_key(ctx: Context, u: Unit) -> str:
         "dataset": ctx.spec.dataset, "split": ctx.spec.split, "protocol": ctx.spec.protocol,
         "seed": ctx.spec.seed, "batch_size": ctx.batch_size, "precision": ctx.spec.precision,
         "bench_opts": ctx.spec.benchmark_options,
+        # data objects (rbp.evaluate(data=...)) are known by their content, not by a name
+        **({"data_sha256": ctx.dataset.content_sha256} if getattr(ctx.dataset, "content_sha256", None) else {}),
     })
 
 
@@ -592,17 +616,20 @@ def unit_label(u: Unit) -> str:
 
 
 # --- the run --------------------------------------------------------------------------------------
-def run(spec: RunSpec) -> Path:
+def run(spec: RunSpec, model: Optional[torch.nn.Module] = None, data: Any = None) -> Path:
     """Evaluate ``spec`` (this process's shard of it); returns the run folder.
 
     The folder is complete (``run.json`` status ``complete``) when every unit is present after
     this process's work; otherwise (other shards still to run) it is left for them or ``merge``.
+    ``model``/``data``: objects instead of the spec's names (see :func:`prepare`).
     """
     t0 = time.time()
-    out = Path(spec.out) if spec.out else default_out(spec)
+    identity = {k: v for k, v in (("model", getattr(model, "info", {}).get("checkpoint_sha256")),
+                                  ("data", getattr(data, "content_sha256", None))) if v}
+    out = Path(spec.out) if spec.out else default_out(spec, identity)
     if not spec.dry_run:
         check_writable(out)
-    ctx = prepare(spec)
+    ctx = prepare(spec, model, data)
     units = plan_units(ctx)
     shard_i, shard_n = shard_of(spec)
     mine = shard_units(units, shard_i, shard_n)
@@ -618,6 +645,7 @@ def run(spec: RunSpec) -> Path:
     clean_stale_temps(units_dir)
     clean_stale_temps(out)
     provenance = _provenance(ctx, spec, out, units)
+    check_same_model(out, provenance)
     phash = plan_hash(units)
     _write_json(out / "plan.json", {
         "version": PLAN_VERSION, "plan_hash": phash, "run_id": out.name, "n_units": len(units),
@@ -653,6 +681,25 @@ def run(spec: RunSpec) -> Path:
         missing = [u for u in units if not unit_done(units_dir, u.key)]
         raise RuntimeError(f"{len(missing)} work units are missing after the run")
     return out
+
+
+MODEL_IDENTITY = ("arch", "arch_kwargs", "checkpoint_sha256")
+
+
+def check_same_model(out: Path, provenance: Dict[str, Any]) -> None:
+    """Refuse to write a run of one model into a folder holding a run of another: records of two
+    models must never mix (and one model's resume must never pick up another's units)."""
+    old = (_read_json(out / "plan.json") or {}).get("provenance")
+    if not old or all(old.get(k) == provenance.get(k) for k in MODEL_IDENTITY):
+        return
+
+    def desc(p: Dict[str, Any]) -> str:
+        sha = p.get("checkpoint_sha256")
+        return f"{p.get('model')} ({p.get('arch')}, weights {'sha256 ' + sha[:12] if sha else 'unhashed'})"
+
+    raise UserError(f"{out} holds a run of another model: {desc(old)}; this run evaluates {desc(provenance)}. "
+                    f"One run folder holds one model: pass another out folder (--out / out=), or delete {out} "
+                    f"to start over")
 
 
 def _work(ctx: Context, out: Path, mine: List[Unit], shard: Tuple[int, int]) -> Tuple[int, float]:
