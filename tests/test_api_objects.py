@@ -171,3 +171,25 @@ def test_bad_objects_are_clear_errors(net, xy):
         rbp.evaluate(model=42, attack="fgsm")
     with pytest.raises(UserError, match="labels up to 10"):
         rbp.evaluate(model=n, mean=mean, std=std, data=(x, y + 1), attack="fgsm", device="cpu")
+
+
+CHEAP = {"fgsm": {}, "pgd": {"steps": 1}, "pgd_l2": {"steps": 1, "eps": 0.5}, "sld": {"iterations": 1},
+         "cw": {"steps": 1, "search_steps": 1}, "spsa": {"iterations": 1, "n_samples": 2},
+         "square": {"n_queries": 2}, "noise": {}, "autoattack": {}}
+
+
+@pytest.mark.parametrize("name", sorted(CHEAP))
+def test_no_attack_changes_the_model_it_is_given(name, digits_batch):
+    """Every registered attack, called directly on a model in an unusual state (train mode, some
+    parameters trainable), leaves that state as it was: device, modes, requires_grad."""
+    from robustbench_pid.attacks import attacks, make_attack
+
+    assert set(CHEAP) == set(attacks.names()), "a new attack: add cheap settings for it here"
+    m = rbp.load_model("deit")
+    m.train()
+    for i, p in enumerate(m.parameters()):
+        p.requires_grad_(i % 2 == 0)
+    before = model_state(m)
+    x, y = digits_batch
+    make_attack(name, **CHEAP[name])(m, x[:2], y[:2], generator=torch.Generator().manual_seed(0))
+    assert model_state(m) == before
