@@ -74,17 +74,25 @@ def wrap_model(obj: Any, mean: Optional[Sequence[float]] = None, std: Optional[S
     model.eval()
     for p in model.parameters():
         p.requires_grad_(False)
+    # a timm network knows its evaluation size and resize (used by registered datasets' transforms;
+    # its normalisation is not guessed: that is mean=/std=)
+    cfg = dict(getattr(model.net, "pretrained_cfg", None) or {})
     model.info = {
         "model": name or (old.get("model") if old else None) or type(src).__name__,
         "arch": arch, "arch_kwargs": dict(old.get("arch_kwargs", {})),
         "num_classes": num_classes if num_classes is not None else old.get("num_classes"),
-        "mean": mean_l, "std": std_l, "input_size": old.get("input_size"),
-        "interpolation": old.get("interpolation"), "crop_pct": old.get("crop_pct"),
+        "mean": mean_l, "std": std_l, "input_size": old.get("input_size") or _list(cfg.get("input_size")),
+        "interpolation": old.get("interpolation") or cfg.get("interpolation"),
+        "crop_pct": old.get("crop_pct") or cfg.get("crop_pct"),
         # the weights as they are now (a loaded model may have been fine-tuned since)
         "checkpoint": f"object:{_class_name(src)}", "checkpoint_sha256": state_sha256(model),
         "loaded_from": old.get("checkpoint"), "strict": True, "load_problems": [],
     }
     return model
+
+
+def _list(v: Any) -> Optional[List[Any]]:
+    return list(v) if v is not None else None
 
 
 def complete_info(model: Normalized, sample: torch.Tensor, device: torch.device) -> None:
