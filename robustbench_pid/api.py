@@ -1,92 +1,174 @@
-"""The notebook API: the ``evaluate`` command as a function returning the tidy DataFrame.
+"""The Python API: ``rbp.evaluate`` (a whole run, as the ``evaluate`` command does it) and
+``rbp.attack`` (adversarial images for one batch), taking model and data *objects* or names.
 
-``rbp.evaluate(model="pid_deit", attack="pgd", eps="3/255", limit=100)`` builds exactly the RunSpec
-the ``evaluate`` command would build from the same options (it goes through that command's own
-argument parser and ``build_spec``), so a notebook run and a shell run with the same settings share
-their run folder, resume from each other and give identical records.
+``rbp.evaluate(model=net, data=(x, y), attack="pgd", eps=4/255, mean=..., std=...)`` evaluates an
+``nn.Module`` you hold (copied, never modified) on your data; ``rbp.evaluate(model="pid_deit",
+attack="pgd", eps="3/255", limit=100)`` does the same for registered names and builds exactly the
+RunSpec the command would (``spec_builder.build_spec``), so notebook and shell runs with the same
+settings share their run folder, resume from each other and give identical records.
 """
 from __future__ import annotations
 
-import argparse
 import os
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Union
+from typing import Any, Dict, Optional, Sequence, Tuple, Union
 
 import pandas as pd
+import torch
 
 from .errors import UserError
+from .spec_builder import EpsLike
 
-EpsLike = Union[None, float, str, Sequence[Union[float, str]]]
-
-
-def _parser() -> argparse.ArgumentParser:
-    from .cli import evaluate as cmd
-
-    p = argparse.ArgumentParser(prog="evaluate", add_help=False)
-    cmd.add_arguments(p)
-    return p
+ModelLike = Union[str, torch.nn.Module]
 
 
-def _as_list(x: Union[None, str, Iterable[str]]) -> List[str]:
-    if x is None:
-        return []
-    if isinstance(x, str):
-        return [x]
-    return list(x)
+def _options(kw: Dict[str, Any]) -> Dict[str, Any]:
+    """``evaluate`` keywords -> ``build_spec`` keywords (``params=`` is ``--param``), checked."""
+    from .spec_builder import option_names
 
-
-def _eps_text(eps: EpsLike) -> Optional[str]:
-    if eps is None:
-        return None
-    if isinstance(eps, (str, int, float)):
-        return str(eps)
-    return ",".join(str(e) for e in eps)
-
-
-def build_args(model: str, attack: Union[None, str, Sequence[str]] = None, eps: EpsLike = None,
-               dataset: str = "digits", **kw: Any) -> argparse.Namespace:
-    """The ``evaluate`` command's namespace for these options (``params={...}`` for ``--param``)."""
-    args = _parser().parse_args(["--model", model])
-    valid = sorted(vars(args))
-    args.attack = _as_list(attack)
-    args.eps = _eps_text(eps)
-    args.dataset = dataset
-    params: Dict[str, Any] = dict(kw.pop("params", None) or {})
+    valid = option_names()
+    kw = dict(kw)
+    params = dict(kw.pop("params", None) or {})
+    param = kw.pop("param", None)
+    if isinstance(param, dict):
+        params.update(param)
+    elif param:
+        params.update({k.strip(): v.strip() for k, v in (p.split("=", 1) for p in param if "=" in p)})
+        bad = [p for p in param if "=" not in p]
+        if bad:
+            raise UserError(f"param {bad[0]!r}: expected KEY=VALUE (or pass params={{...}})")
+    for k in kw:
+        if k not in valid:
+            raise UserError(f"evaluate() got an unknown option {k!r}; valid: {', '.join(sorted(valid))}, "
+                            f"data, mean, std, num_classes, name (attack settings go in params={{...}})")
     kw.setdefault("quiet", True)
-    for k, v in kw.items():
-        if k not in vars(args):
-            raise UserError(f"evaluate() got an unknown option {k!r}; valid: {', '.join(valid)} "
-                            f"(attack settings go in params={{...}})")
-        if k == "out" and v is not None:
-            v = Path(v)
-        if k == "step_size" and v is not None:
-            v = str(v)
-        setattr(args, k, v)
-    args.param = [f"{k}={v}" for k, v in params.items()] + list(kw.get("param", []) or [])
-    return args
+    if params:
+        kw["param"] = params
+    return kw
 
 
-def evaluate(model: str, attack: Union[None, str, Sequence[str]] = None, eps: EpsLike = None,
-             dataset: str = "digits", **kw: Any) -> pd.DataFrame:
+def evaluate(model: ModelLike, attack: Union[None, str, Sequence[str]] = None, eps: EpsLike = None,
+             dataset: Optional[str] = None, *, data: Any = None, mean: Optional[Sequence[float]] = None,
+             std: Optional[Sequence[float]] = None, num_classes: Optional[int] = None, name: Optional[str] = None,
+             **kw: Any) -> pd.DataFrame:
     """Run an evaluation and return its tidy results (values in percent, with 95% intervals).
 
-    Any ``evaluate`` command option is a keyword (dashes become underscores): ``suite``, ``limit``,
-    ``protocol``, ``checkpoint``, ``steps``, ``batch_size``, ``out``, ``seed``, ... Attack settings
-    without their own option go in ``params={"random_start": False}``. The run folder (records,
-    run.json) is in ``df.attrs["run_dir"]``; pass it to ``rbp.table`` for paired tests.
+    ``model``: a registered name (``"pid_deit"``, ``"timm:NAME"``) or any ``nn.Module`` mapping [0, 1]
+    images to logits (``mean=``/``std=`` wrap a normalisation in front; ``num_classes`` is inferred
+    from one forward pass unless given; ``name`` labels it in records, default its class name). The
+    module is deep-copied: your object keeps its device, mode, ``requires_grad`` and compilation.
+    ``data``: a ``Dataset`` of (image, label), a ``DataLoader`` (its dataset, in index order, with its
+    batch size) or tensors ``(x, y)``, images in [0, 1]; sample ids are the indices. Without it the
+    registered ``dataset`` (default ``"digits"``) is used. Any ``evaluate`` command option is a
+    keyword (dashes become underscores): ``suite``, ``limit``, ``protocol``, ``steps``,
+    ``batch_size``, ``out``, ``seed``, ``device``, ... Attack settings without their own option go in
+    ``params={"random_start": False}``. The run folder is in ``df.attrs["run_dir"]``.
     """
-    from .cli.evaluate import build_spec
     from .results import load_results
     from .runner import run as run_spec
+    from .spec_builder import build_spec
 
-    args = build_args(model, attack, eps, dataset, **kw)
-    spec = build_spec(args)
+    opts = _options(kw)
+    obj_model = obj_data = None
+    if data is not None:
+        from .objects import as_data
+
+        obj_data, hints = as_data(data, dataset or "custom")
+        for k, v in hints.items():
+            opts.setdefault(k, v)
+        opts.setdefault("benchmark", "adversarial")
+        if opts["benchmark"] != "adversarial":
+            raise UserError(f"data= objects work with the adversarial benchmark; {opts['benchmark']!r} needs a "
+                            f"registered dataset (dataset=NAME)")
+    if isinstance(model, str):
+        if mean is not None or std is not None or num_classes is not None:
+            raise UserError("mean=/std=/num_classes= are for model objects; a registered model knows its own")
+        model_name = model
+    else:
+        from .objects import wrap_model
+
+        obj_model = wrap_model(model, mean, std, name, num_classes)
+        model_name = obj_model.info["model"]
+    if obj_data is None and dataset is None:
+        dataset = "digits"
+    # with data=, ``dataset`` only names it in the records (default "custom")
+    data_name = obj_data.provenance["dataset"] if obj_data is not None else dataset
+    spec = build_spec(model_name, attack=attack, eps=eps, dataset=data_name, **opts)
     if spec.dry_run:
         raise UserError("dry_run=True computes nothing; use the `evaluate --dry-run` command to see the plan")
-    out = run_spec(spec)
+    out = run_spec(spec, model=obj_model, data=obj_data)
     if not (out / "summary.csv").is_file():
         raise UserError(f"{out}: this process computed only its shard; merge the shards, then "
                         f"rbp.load_results({str(out)!r})")
     df = load_results(out)
     df.attrs["run_dir"] = os.path.abspath(out)  # still valid if the notebook changes directory
     return df
+
+
+def attack(model: ModelLike, x: torch.Tensor, y: torch.Tensor, name: str, eps: Optional[float] = None, *,
+           protocol: str = "standard", seed: int = 0, mean: Optional[Sequence[float]] = None,
+           std: Optional[Sequence[float]] = None, batch_size: Optional[int] = None, device: Optional[str] = None,
+           precision: str = "fp32", dataset: str = "digits", **params: Any) -> torch.Tensor:
+    """Adversarial images for ``x`` (N, C, H, W in [0, 1]) with labels ``y``, by the runner's own code.
+
+    The same path as a run's unit (``benchmarks.adversarial.attack_batches``): the standard protocol
+    attacks only the samples whose clean top-5 is correct (the others come back unchanged), the
+    paper protocol attacks the normalised tensor with the model's own predictions. ``seed`` is the
+    run's ``--seed``: the draws equal those of a run's unit over the same samples (``limit=N``,
+    ``chunk_size >= N``) with the same ``batch_size`` (default: all of ``x`` in one batch). Attack
+    settings are keywords (``steps=10``). ``model``: an ``nn.Module`` (copied, never modified) or a
+    registered name (loaded for ``dataset``). Returned on ``x``'s device.
+    """
+    import json
+
+    from .attacks import make_attack
+    from .benchmarks import Unit
+    from .benchmarks.adversarial import attack_batches, protocol_params
+    from .device import check_precision, pick_device
+    from .objects import complete_info, wrap_model
+    from .runner import Context, unit_rng, unit_seed
+    from .specs import PROTOCOLS, RunSpec
+
+    if protocol not in PROTOCOLS:
+        raise UserError(f"unknown protocol {protocol!r}; valid: {', '.join(PROTOCOLS)}")
+    if not (isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor) and x.dim() == 4 and y.dim() == 1
+            and len(x) == len(y) and len(x) > 0):
+        raise UserError("attack() needs x of shape (N, C, H, W) and labels y of shape (N,), N >= 1")
+    dev = pick_device(device) if device is not None else x.device
+    check_precision(dev, precision)
+    if isinstance(model, str):
+        from .models import load_model
+
+        net = load_model(model, dataset=dataset)  # our own object
+    else:
+        net = wrap_model(model, mean, std)
+    net = net.to(dev)
+    complete_info(net, x[0].detach().cpu(), dev)
+    if eps is not None:
+        params["eps"] = eps
+    settings = protocol_params(name, make_attack(name, **params).params(), protocol)
+    unit = Unit("adversarial", name, float(settings.get("eps", 0.0)), json.dumps(settings, sort_keys=True), "",
+                0, len(x))
+    data = _Tensors(x, y)
+    spec = RunSpec(model=net.info.get("model", "model"), protocol=protocol, precision=precision, seed=seed,
+                   batch_size=batch_size or len(x), quiet=True)
+    ctx = Context(spec, net, data, list(range(len(x))), dev, {}, batch_size=batch_size or len(x))
+    outs = []
+    with unit_rng(unit_seed(unit, seed), dev):
+        for b in attack_batches(ctx, unit):
+            outs.append(b.x_adv if b.x_adv is not None else b.x)
+    return torch.cat(outs).to(x.device)
+
+
+class _Tensors(torch.utils.data.Dataset):
+    """(x, y) as the runner's dataset (ids = indices), without reading it twice to hash it."""
+
+    def __init__(self, x: torch.Tensor, y: torch.Tensor) -> None:
+        self.x, self.y = x.detach().cpu().float(), y.detach().cpu().long()
+        self.sample_ids = [str(i) for i in range(len(x))]
+
+    def __len__(self) -> int:
+        return len(self.y)
+
+    def __getitem__(self, i: int) -> Tuple[torch.Tensor, int]:
+        return self.x[i], int(self.y[i])

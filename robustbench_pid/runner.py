@@ -102,6 +102,7 @@ class Context:
     progress: Any = None
     eval_model: Optional[torch.nn.Module] = None  # compiled model when --compile (clean/verdict passes)
     attack_model: Optional[torch.nn.Module] = None  # compiled model for attacks when --compile
+    attack_net: Optional[torch.nn.Module] = None  # compiled ``model.net`` (paper protocol) when --compile
     batch_size: int = 0
     channels_last: bool = False
     _plan: _BatchPlan = field(default_factory=_BatchPlan, repr=False)
@@ -140,7 +141,23 @@ class Context:
             raise RuntimeError(f"data loader returned {pos} of {len(idx)} samples for unit {unit.key[:12]}")
 
     def generator(self, unit: Unit) -> torch.Generator:
-        return torch.Generator(device=self.device).manual_seed(unit_seed(unit, self.spec.seed))
+        """The unit's generator: on the CPU whatever the run's device (attacks draw on it and move
+        the numbers to the device), so CPU and GPU runs draw the same random starts."""
+        return torch.Generator().manual_seed(unit_seed(unit, self.spec.seed))
+
+    # A compiled module must never be tested for truth (``a or b``): torch's OptimizedModule
+    # forwards ``len()`` to the wrapped module, which has none. These pick it explicitly.
+    def verdict_model(self) -> torch.nn.Module:
+        """The model for clean and verdict passes (compiled when --compile)."""
+        return self.eval_model if self.eval_model is not None else self.model
+
+    def attacked_model(self) -> torch.nn.Module:
+        """The model attacks differentiate in the standard protocol (compiled when --compile)."""
+        return self.attack_model if self.attack_model is not None else self.model
+
+    def attacked_net(self) -> torch.nn.Module:
+        """The network without normalization, which the paper protocol attacks and scores."""
+        return self.attack_net if self.attack_net is not None else self.model.net
 
     def advance(self, n: int) -> None:
         if self.progress is not None:
@@ -148,7 +165,16 @@ class Context:
 
 
 def unit_seed(unit: Unit, seed: int) -> int:
-    return (int(unit.key[:15], 16) + seed) % (2 ** 63)
+    """The seed of a unit's generator and global RNGs: a hash of what the unit does (benchmark,
+    attack, its settings, condition, sample range) and the run's ``--seed``.
+
+    Not of the model: two models evaluated with one command draw the same random starts on the
+    same samples (common random numbers, which make their paired comparison sharper), and
+    ``rbp.attack(..., seed=s)`` on the first n samples draws exactly what a run's first unit does.
+    """
+    h = _hash({"benchmark": unit.benchmark, "attack": unit.attack, "eps": float(unit.eps), "params": unit.params,
+               "condition": unit.condition, "start": unit.start, "stop": unit.stop, "seed": int(seed)})
+    return int(h[:15], 16)
 
 
 @contextlib.contextmanager
@@ -202,12 +228,14 @@ def _hash(obj: Any) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()
 
 
-def default_out(spec: RunSpec) -> Path:
+def default_out(spec: RunSpec, identity: Optional[Dict[str, Any]] = None) -> Path:
+    """``identity``: content hashes of model/data objects, so different objects get different folders."""
     names = sorted({a.attack for a in spec.attacks})
     what = (Path(spec.suite).stem if spec.suite else
             "-".join(names) if names and spec.benchmark == "adversarial" else spec.benchmark)
-    tag = _hash({k: v for k, v in spec.as_dict().items()
-                 if k not in ("out", "quiet", "num_workers", "shard", "dry_run")})[:8]
+    tag = _hash({**{k: v for k, v in spec.as_dict().items()
+                    if k not in ("out", "quiet", "num_workers", "shard", "dry_run")},
+                 **({"objects": identity} if identity else {})})[:8]
     safe_model = spec.model.replace(":", "-").replace("/", "-")
     return Path("results") / f"{safe_model}_{spec.dataset}_{what}_{spec.protocol}_{tag}"
 
@@ -489,8 +517,12 @@ def shard_units(units: Sequence[Unit], i: int, n: int) -> List[Unit]:
 
 
 # --- preparation ----------------------------------------------------------------------------------
-def prepare(spec: RunSpec) -> Context:
-    """Validate the spec, load model and data (everything that can fail fast fails here)."""
+def prepare(spec: RunSpec, model: Optional[torch.nn.Module] = None, data: Any = None) -> Context:
+    """Validate the spec, load model and data (everything that can fail fast fails here).
+
+    ``model``/``data``: objects already made the runner's own (``objects.wrap_model`` /
+    ``objects.as_data``: copies, never the caller's) used instead of the spec's names.
+    """
     if spec.protocol not in PROTOCOLS:
         raise UserError(f"unknown protocol {spec.protocol!r}; valid: {', '.join(PROTOCOLS)}")
     if spec.batch_size < 0 or spec.chunk_size < 1:
@@ -502,13 +534,15 @@ def prepare(spec: RunSpec) -> Context:
     shard_of(spec)  # malformed --shard / environment -> clear error before loading anything
     get_benchmark(spec.benchmark)  # unknown benchmark -> clear error
     check_options(spec.benchmark, spec.benchmark_options)  # unknown --bench-opt key -> clear error
-    info = dataset_info(spec.dataset)
+    info = dataset_info(spec.dataset) if data is None else None
     device = pick_device(spec.device)
     check_precision(device, spec.precision)
     if spec.batch_size == 0 and device.type != "cuda":
         raise UserError("--batch-size 0 (find automatically) needs a GPU; on CPU give a number, e.g. --batch-size 64")
-    model = load_model(spec.model, spec.checkpoint, spec.dataset, allow_pickle=spec.allow_pickle,
-                       strict=spec.strict, **spec.arch_kwargs).to(device)
+    if model is None:
+        model = load_model(spec.model, spec.checkpoint, spec.dataset, allow_pickle=spec.allow_pickle,
+                           strict=spec.strict, **spec.arch_kwargs)
+    model = model.to(device)  # the runner's own object (loaded here, or a copy of the caller's)
     channels_last = wants_channels_last(model, device)
     if channels_last:
         model = model.to(memory_format=torch.channels_last)
@@ -517,7 +551,15 @@ def prepare(spec: RunSpec) -> Context:
         ds_opts.update(subset=spec.subset, subset_seed=spec.seed)
     if spec.skip_unreadable:
         ds_opts["skip_unreadable"] = True
-    ds = load_dataset(spec.dataset, spec.split, spec.data_root, model_info=model.info, **ds_opts)
+    if data is None:
+        ds = load_dataset(spec.dataset, spec.split, spec.data_root, **ds_opts,
+                          model_info={k: v for k, v in model.info.items() if v is not None})
+    else:
+        ds = data
+    if model.info.get("num_classes") is None or model.info.get("input_size") is None:
+        from .objects import complete_info
+
+        complete_info(model, ds[0][0], device)
     n = len(ds) if spec.limit is None else min(spec.limit, len(ds))
     if n == 0:
         raise UserError(f"dataset {spec.dataset!r} ({spec.split}) is empty")
@@ -530,10 +572,19 @@ def prepare(spec: RunSpec) -> Context:
         batch_size = find_batch_size(model, tuple(model.info["input_size"]), device, spec.precision)
     ctx = Context(spec, model, ds, list(range(n)), device, ids, batch_size=batch_size, channels_last=channels_last)
     if spec.compile:
+        # Compiled once here, on the run's own model object, and reused by every unit (compilation
+        # happens lazily at the first call; batch-size changes trigger one dynamic recompile).
         compiled = torch.compile(model)
         ctx.eval_model = compiled
         ctx.attack_model = compiled
-    assert info.num_classes == model.info["num_classes"]
+        ctx.attack_net = torch.compile(model.net)
+    classes = model.info["num_classes"]
+    if info is not None and info.num_classes != classes:
+        raise UserError(f"the model outputs {classes} classes but dataset {spec.dataset!r} has {info.num_classes}; "
+                        f"give a model for this dataset (or num_classes= / a matching head)")
+    if data is not None and getattr(data, "max_label", -1) >= classes:
+        raise UserError(f"data= has labels up to {data.max_label} but the model outputs {classes} classes; "
+                        f"labels must be 0..{classes - 1}")
     return ctx
 
 
@@ -547,6 +598,8 @@ def unit_key(ctx: Context, u: Unit) -> str:
         "dataset": ctx.spec.dataset, "split": ctx.spec.split, "protocol": ctx.spec.protocol,
         "seed": ctx.spec.seed, "batch_size": ctx.batch_size, "precision": ctx.spec.precision,
         "bench_opts": ctx.spec.benchmark_options,
+        # data objects (rbp.evaluate(data=...)) are known by their content, not by a name
+        **({"data_sha256": ctx.dataset.content_sha256} if getattr(ctx.dataset, "content_sha256", None) else {}),
     })
 
 
@@ -588,17 +641,20 @@ def unit_label(u: Unit) -> str:
 
 
 # --- the run --------------------------------------------------------------------------------------
-def run(spec: RunSpec) -> Path:
+def run(spec: RunSpec, model: Optional[torch.nn.Module] = None, data: Any = None) -> Path:
     """Evaluate ``spec`` (this process's shard of it); returns the run folder.
 
     The folder is complete (``run.json`` status ``complete``) when every unit is present after
     this process's work; otherwise (other shards still to run) it is left for them or ``merge``.
+    ``model``/``data``: objects instead of the spec's names (see :func:`prepare`).
     """
     t0 = time.time()
-    out = Path(spec.out) if spec.out else default_out(spec)
+    identity = {k: v for k, v in (("model", getattr(model, "info", {}).get("checkpoint_sha256")),
+                                  ("data", getattr(data, "content_sha256", None))) if v}
+    out = Path(spec.out) if spec.out else default_out(spec, identity)
     if not spec.dry_run:
         check_writable(out)
-    ctx = prepare(spec)
+    ctx = prepare(spec, model, data)
     units = plan_units(ctx)
     shard_i, shard_n = shard_of(spec)
     mine = shard_units(units, shard_i, shard_n)
@@ -614,6 +670,7 @@ def run(spec: RunSpec) -> Path:
     clean_stale_temps(units_dir)
     clean_stale_temps(out)
     provenance = _provenance(ctx, spec, out, units)
+    check_same_model(out, provenance)
     phash = plan_hash(units)
     _write_json(out / "plan.json", {
         "version": PLAN_VERSION, "plan_hash": phash, "run_id": out.name, "n_units": len(units),
@@ -677,6 +734,25 @@ def _sigterm_as_interrupt() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+MODEL_IDENTITY = ("arch", "arch_kwargs", "checkpoint_sha256")
+
+
+def check_same_model(out: Path, provenance: Dict[str, Any]) -> None:
+    """Refuse to write a run of one model into a folder holding a run of another: records of two
+    models must never mix (and one model's resume must never pick up another's units)."""
+    old = (_read_json(out / "plan.json") or {}).get("provenance")
+    if not old or all(old.get(k) == provenance.get(k) for k in MODEL_IDENTITY):
+        return
+
+    def desc(p: Dict[str, Any]) -> str:
+        sha = p.get("checkpoint_sha256")
+        return f"{p.get('model')} ({p.get('arch')}, weights {'sha256 ' + sha[:12] if sha else 'unhashed'})"
+
+    raise UserError(f"{out} holds a run of another model: {desc(old)}; this run evaluates {desc(provenance)}. "
+                    f"One run folder holds one model: pass another out folder (--out / out=), or delete {out} "
+                    f"to start over")
 
 
 def _work(ctx: Context, out: Path, mine: List[Unit], shard: Tuple[int, int]) -> Tuple[int, float]:
@@ -1080,8 +1156,8 @@ def calibrate(ctx: Context, reps: int = 3) -> Tuple[float, float]:
     one batch of the run's own data, model, device and precision (median of ``reps``)."""
     u = Unit("calibration", "clean", 0.0, "{}", "", 0, min(len(ctx.indices), ctx.batch_size), "0" * 64)
     x, y, _ = next(ctx.batches(u))
-    model = ctx.eval_model or ctx.model
-    amodel = ctx.attack_model or ctx.model
+    model = ctx.verdict_model()
+    amodel = ctx.attacked_model()
 
     def sync() -> None:
         if ctx.device.type == "cuda":

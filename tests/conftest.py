@@ -1,4 +1,5 @@
-"""Shared fixtures. Tests run on CPU, with few threads, on the embedded digits default."""
+"""Shared fixtures, on the embedded digits default, with few threads. Tests about one device say so
+(``device="cpu"``); the others run on whatever ``--device auto`` picks."""
 from __future__ import annotations
 
 import pytest
@@ -46,6 +47,25 @@ def small_pgd_spec(out, limit: int, **kw):
                                   "random_start": True, "early_stop": True, "stop_topk": 5}) for e in (2, 4)]
     return RunSpec(model="pid_deit", attacks=attacks, limit=limit, chunk_size=10, batch_size=16, out=out,
                    quiet=True, **kw)
+
+
+def model_state(model: torch.nn.Module) -> tuple:
+    """What a caller holds of a model object: device of every tensor, train/eval mode of every
+    module, requires_grad of every parameter (no public function may change any of it)."""
+    return ([(n, str(t.device)) for n, t in list(model.named_parameters()) + list(model.named_buffers())],
+            [(n, m.training) for n, m in model.named_modules()],
+            [(n, p.requires_grad) for n, p in model.named_parameters()])
+
+
+@pytest.fixture(autouse=True)
+def _shared_models_untouched(request):
+    """The session-wide model fixtures are shared by every test: fail the test that moves, re-modes
+    or unfreezes one (foolbox once moved one to the GPU in place and broke later tests)."""
+    used = [n for n in ("deit_model", "pid_model") if n in request.fixturenames]
+    before = {n: model_state(request.getfixturevalue(n)) for n in used}
+    yield
+    for n in used:
+        assert model_state(request.getfixturevalue(n)) == before[n], f"this test changed the shared {n} fixture"
 
 
 @pytest.fixture

@@ -7,26 +7,41 @@ import pandas as pd
 import pytest
 
 import robustbench_pid as rbp
-from robustbench_pid.api import build_args
 from robustbench_pid.cli import evaluate as cmd
 from robustbench_pid.cli import evaluate_main
 from robustbench_pid.errors import UserError
+from robustbench_pid.spec_builder import build_spec, option_defaults
+
+
+def _parser():
+    p = argparse.ArgumentParser()
+    cmd.add_arguments(p)
+    return p
 
 
 def _cli_spec(argv):
-    p = argparse.ArgumentParser()
-    cmd.add_arguments(p)
-    return cmd.build_spec(p.parse_args(argv))
+    return cmd.build_spec(_parser().parse_args(argv))
 
 
 def test_same_spec_as_the_command():
-    api = cmd.build_spec(build_args("pid_deit", attack=["pgd"], eps=["1/255", "3/255"], limit=10, steps=5,
-                                    params={"random_start": False}, quiet=False))
+    """rbp.evaluate's keywords and the command's flags go through one builder to one spec."""
+    api = build_spec("pid_deit", attack=["pgd"], eps=["1/255", "3/255"], limit=10, steps=5,
+                     param={"random_start": False}, quiet=False)
     cli = _cli_spec(["--model", "pid_deit", "--attack", "pgd", "--eps", "1/255,3/255", "--limit", "10",
                      "--steps", "5", "--param", "random_start=False"])
     assert api.as_dict() == cli.as_dict()
     assert [a.params["eps"] for a in api.attacks] == pytest.approx([1 / 255, 3 / 255])
     assert api.attacks[0].params["random_start"] is False and api.attacks[0].params["steps"] == 5
+
+
+def test_builder_defaults_are_the_commands_defaults():
+    """The parser only parses: every default the command has, the library builder has too."""
+    flags = vars(_parser().parse_args(["--model", "m"]))
+    assert set(option_defaults()) <= set(flags)
+    for k, v in option_defaults().items():
+        # None in the builder: "not given", which the parser says as None or an empty repeatable flag
+        assert flags[k] in (None, []) if v is None else flags[k] == v, k
+    assert option_defaults()["batch_size"] == 128 and option_defaults()["device"] == "auto"
 
 
 def test_evaluate_returns_the_tidy_results_of_the_run(tmp_path):

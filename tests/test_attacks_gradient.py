@@ -2,6 +2,7 @@
 independent reference: torchattacks, a loop written here, foolbox, a brute-force projection."""
 from __future__ import annotations
 
+import copy
 import math
 
 import numpy as np
@@ -184,7 +185,9 @@ def test_sld_accuracy_close_to_foolbox(pid_model, digits_batch):
     eps, steps, step = 2.0, 10, 0.5
     ours = make_attack("sld", eps=eps, step_size=step, iterations=steps, q=99.0, clip_grad=True)(
         pid_model, x, y, generator=gen())
-    fmodel = fb.PyTorchModel(pid_model.eval(), bounds=(0, 1))
+    # foolbox moves the model it is given to its device in place (cuda:0 when there is one): give
+    # it a copy, on the batch's device, so the session-wide fixture stays where it is
+    fmodel = fb.PyTorchModel(copy.deepcopy(pid_model).eval(), bounds=(0, 1), device=x.device)
     attack = fb.attacks.SparseL1DescentAttack(quantile=0.99, abs_stepsize=step, steps=steps, random_start=False)
     _, clipped, _ = attack(fmodel, x, y, epsilons=eps)
     acc_ours, acc_ref = _acc(pid_model, ours, y), _acc(pid_model, clipped, y)

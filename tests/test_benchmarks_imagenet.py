@@ -36,8 +36,9 @@ def ckpt(tmp_path_factory):
 
 
 def _spec(tmp_path, dataset, root, ckpt, **kw):
+    # on the CPU, explicitly: the records are compared with the test's own CPU forward passes
     return RunSpec(model=MODEL, checkpoint=ckpt, dataset=dataset, data_root=str(root), out=tmp_path / "run",
-                   quiet=True, batch_size=16, **kw)
+                   quiet=True, batch_size=16, device="cpu", **kw)
 
 
 def _logits(model, ds):

@@ -2,8 +2,8 @@
 reproduce the committed baseline (deterministic on CPU, so the tolerance is tight).
 
 When a change is meant to move these numbers, regenerate the baseline deliberately:
-    evaluate --model deit --suite smoke --out results/ci/deit-smoke
-    evaluate --model pid_deit --suite smoke --out results/ci/pid_deit-smoke
+    evaluate --model deit --suite smoke --device cpu --out results/ci/deit-smoke
+    evaluate --model pid_deit --suite smoke --device cpu --out results/ci/pid_deit-smoke
     robustbench-pid check results/ci --baseline results/baselines/smoke-digits.csv --update
 """
 from __future__ import annotations
@@ -29,8 +29,9 @@ def _run(tool: str, *args: str, cwd: Path) -> subprocess.CompletedProcess:
 
 def test_smoke_suite_matches_committed_baseline(tmp_path: Path) -> None:
     for model in ("deit", "pid_deit"):
+        # on the CPU, where the committed baseline was made (same device + seed: the same floats)
         p = _run("evaluate", "--model", model, "--suite", "smoke", "--out", f"ci/{model}-smoke", "--quiet",
-                 cwd=tmp_path)
+                 "--device", "cpu", cwd=tmp_path)
         assert p.returncode == 0, p.stderr
     p = _run("robustbench-pid", "check", "ci", "--baseline", str(BASELINE), "--tolerance", "0.5", cwd=tmp_path)
     assert p.returncode == 0, p.stdout + p.stderr

@@ -26,7 +26,8 @@ def _evaluate(*args: str, cwd: Path) -> subprocess.CompletedProcess:
 @pytest.fixture(scope="module")
 def pgd_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     cwd = tmp_path_factory.mktemp("e2e")
-    p = _evaluate("--model", "pid_deit", "--attack", "pgd", "--limit", "24", "--steps", "5", "--quiet", cwd=cwd)
+    p = _evaluate("--model", "pid_deit", "--attack", "pgd", "--limit", "24", "--steps", "5", "--quiet",
+                  "--device", "cpu", cwd=cwd)
     assert p.returncode == 0, p.stderr
     assert "wrote results/" in p.stdout
     runs = list((cwd / "results").iterdir())

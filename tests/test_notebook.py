@@ -1,9 +1,11 @@
 """examples/quickstart.ipynb runs top to bottom in a fresh kernel and shows what it promises."""
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 NOTEBOOK = Path(__file__).resolve().parents[1] / "examples" / "quickstart.ipynb"
@@ -41,5 +43,19 @@ def test_quickstart_notebook_runs(tmp_path):
     assert "McNemar exact, n=32" in table
     assert any(o.get("data", {}).get("image/png") for c in code for o in c.get("outputs", []))
     assert any("PASSED" in t for t in texts)
-    assert (tmp_path / "report.html").stat().st_size > 20000
-    assert len(list((tmp_path / "results").iterdir())) == 2  # the two runs, in the notebook's folder
+    # everything it writes goes to its temporary OUT folder, nothing next to the notebook
+    out = Path(re.search(r"outputs in (\S+)", texts[0]).group(1))
+    try:
+        assert [p.name for p in tmp_path.iterdir()] == [NOTEBOOK.name]
+        assert (out / "report.html").stat().st_size > 20000
+        assert sorted(p.name for p in out.iterdir() if p.is_dir()) == ["deit", "my_pid", "pid_deit"]
+        # the model-object section: the caller's module untouched, and the same weights give the
+        # same verdicts as the registered name (same samples, same seed, model-independent draws)
+        assert any("caller's model still in training mode: True" in t for t in texts)
+        assert any("accuracy on x_adv" in t for t in texts)
+        rec = {m: pd.read_parquet(out / m / "records.parquet") for m in ("my_pid", "pid_deit")}
+        pgd = {m: r[(r.attack == "pgd") & (r.eps.round(6) == round(4 / 255, 6))] for m, r in rec.items()}
+        assert len(pgd["my_pid"]) == 32
+        assert pgd["my_pid"].correct_top1.tolist() == pgd["pid_deit"].correct_top1.tolist()
+    finally:
+        shutil.rmtree(out, ignore_errors=True)

@@ -44,8 +44,9 @@ def _spy_registered():
 
 
 def _run(tmp_path, protocol, attacks_, limit=24, name="r", model="deit"):
+    # on the CPU, explicitly: the tests compare the run's tensors and verdicts with the CPU fixtures
     spec = RunSpec(model=model, protocol=protocol, attacks=attacks_, limit=limit, out=tmp_path / name,
-                   quiet=True, batch_size=64)
+                   quiet=True, batch_size=64, device="cpu")
     out = run(spec)
     return pd.read_parquet(out / "records.parquet"), pd.read_csv(out / "summary.csv")
 

@@ -126,8 +126,8 @@ def test_dataloader_workers_give_identical_records(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("kw,needle", [
-    (dict(batch_size=0), "needs a GPU"),
-    (dict(precision="bf16"), "needs a CUDA device"),
+    (dict(batch_size=0, device="cpu"), "needs a GPU"),  # on the CPU, explicitly: fine on a GPU
+    (dict(precision="bf16", device="cpu"), "needs a CUDA device"),
     (dict(precision="fp8"), "unknown precision"),
     (dict(num_workers=-1), "--workers"),
     (dict(shard="3/2"), "--shard"),

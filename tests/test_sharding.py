@@ -21,12 +21,14 @@ from robustbench_pid.specs import RunSpec
 from conftest import small_pgd_spec
 
 TORCHRUN = Path(sys.executable).parent / "torchrun"
+# CPU processes, explicitly: this file is about how work is split, and its processes compare records
+# exactly with an in-process reference (a machine with fewer GPUs than ranks would also refuse them)
 ARGS = ["--model", "pid_deit", "--attack", "pgd", "--eps", "2/255,4/255", "--steps", "5", "--limit", "60",
-        "--chunk-size", "10", "--batch-size", "16", "--quiet"]
+        "--chunk-size", "10", "--batch-size", "16", "--quiet", "--device", "cpu"]
 
 
 def spec(out: Path, **kw) -> RunSpec:
-    return small_pgd_spec(out, 60, **kw)
+    return small_pgd_spec(out, 60, **{"device": "cpu", **kw})
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -64,6 +66,27 @@ def test_torchrun_two_ranks_equal_one_process(tmp_path: Path, reference: Path) -
     assert all(s["units_assigned"] == 9 for s in shards) and len({s["pid"] for s in shards}) == 2
     rank0 = next(s for s in shards if s["shard"] == 0)
     assert info["finalized_by"]["pid"] == rank0["pid"]  # rank 0 waited for rank 1 and wrote the tables
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 GPUs: one torchrun rank per GPU "
+                    f"(this machine has {torch.cuda.device_count()})")
+def test_torchrun_ranks_each_take_their_own_gpu(tmp_path: Path) -> None:
+    """On CUDA, rank r runs on cuda:LOCAL_RANK (not every rank on GPU 0), and two GPU ranks give the
+    records one GPU process gives (same device type, so only the work split differs)."""
+    out, ref = tmp_path / "run", tmp_path / "ref"
+    gpu_args = [a for a in ARGS if a not in ("--device", "cpu")] + ["--device", "auto"]
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+    p = subprocess.run([str(TORCHRUN), "--nproc_per_node", "2", "--standalone", "-m", "robustbench_pid",
+                        "evaluate", *gpu_args, "--out", str(out)], env=env, capture_output=True, text=True,
+                       timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    shards = json.loads((out / "run.json").read_text())["shards"]
+    assert sorted((s["shard"], s["device"]) for s in shards) == [(0, "cuda:0"), (1, "cuda:1")]
+    p = subprocess.run([sys.executable, "-m", "robustbench_pid", "evaluate", *gpu_args, "--out", str(ref)],
+                       env=env, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    cols = ["sample_id", "attack", "eps", "correct_top1", "correct_top5"]
+    pd.testing.assert_frame_equal(records(out)[cols], records(ref)[cols], check_exact=True)
 
 
 def test_explicit_shards_then_merge_equal_one_process(tmp_path: Path, reference: Path, capsys) -> None:

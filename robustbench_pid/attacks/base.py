@@ -6,7 +6,8 @@ Conventions every attack follows (and the runner relies on):
 - Gradients are taken with ``torch.autograd.grad(loss, x)`` on a model whose parameters do not
   require grad; no ``.backward()``, no parameter gradients.
 - Randomness comes from the ``generator`` passed in (the runner seeds it per work unit), never
-  from the global RNG.
+  from the global RNG, and is drawn through :func:`draw` on the generator's device (the runner's is a
+  CPU generator) and then moved to the batch's device, so a CPU and a GPU run draw the same numbers.
 - ``stats`` is filled during a call with per-sample diagnostics (e.g. ``grad_zero``).
 """
 from __future__ import annotations
@@ -14,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Dict, Mapping, Optional, Tuple
+from typing import Any, ClassVar, Dict, Mapping, Optional, Sequence, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -132,7 +133,7 @@ class Attack:
                  bounds: Bounds = (0.0, 1.0), generator: Optional[torch.Generator] = None) -> torch.Tensor:
         self.stats = {}
         if generator is None:
-            generator = torch.Generator(device=x.device).manual_seed(0)
+            generator = torch.Generator().manual_seed(0)  # on CPU: the same draws on every device
         x = x.detach()
         if self.eps == 0 and self.norm != "none":
             return x.clone()
@@ -155,6 +156,32 @@ class Attack:
         if "grad_zero" not in self.stats:
             self.stats["grad_zero"] = grad.flatten(1).abs().amax(1).eq(0).cpu()
         return grad.detach(), logits.detach()
+
+
+def draw(kind: str, shape: Sequence[int], generator: torch.Generator, device: torch.device,
+         dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """A random tensor drawn on the generator's device and moved to ``device``.
+
+    Why: CPU and CUDA generators give different numbers for one seed, so drawing on the batch's
+    device would make a GPU run's random starts (and so its records) differ from a CPU run's
+    beyond rounding. With the runner's CPU generator the draws do not depend on ``device``.
+    ``kind``: ``rand`` (uniform [0, 1)), ``randn`` (standard normal), ``sign`` (+-1 with
+    probability 1/2 each), ``exponential`` (rate 1).
+    """
+    shape = tuple(int(s) for s in shape)
+    src = generator.device
+    if kind == "rand":
+        t = torch.rand(shape, generator=generator, device=src, dtype=dtype)
+    elif kind == "randn":
+        t = torch.randn(shape, generator=generator, device=src, dtype=dtype)
+    elif kind == "sign":  # drawn as int8 so the host->device copy is 1 byte per entry
+        t = torch.randint(0, 2, shape, generator=generator, device=src, dtype=torch.int8)
+        return (t.to(device).to(dtype) * 2 - 1)
+    elif kind == "exponential":
+        t = torch.empty(shape, device=src, dtype=dtype).exponential_(generator=generator)
+    else:
+        raise ValueError(f"unknown draw kind {kind!r}")
+    return t.to(device)
 
 
 def descend(attack: Attack, model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, x_adv: torch.Tensor,

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import torch
 
 from . import attacks
-from .base import Attack, Bounds, clip
+from .base import Attack, Bounds, clip, draw
 
 
 @attacks.register("noise")
@@ -30,5 +30,5 @@ class Noise(Attack):
 
     def perturb(self, model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, bounds: Bounds,
                 generator: torch.Generator) -> torch.Tensor:
-        u = torch.rand(x.shape, generator=generator, device=x.device, dtype=x.dtype)
+        u = draw("rand", x.shape, generator, x.device, x.dtype)
         return clip(x + (2 * u - 1) * self.eps, bounds)

@@ -17,7 +17,7 @@ from typing import Optional
 import torch
 
 from . import attacks
-from .base import Attack, Bounds, clip, descend, project_linf
+from .base import Attack, Bounds, clip, descend, draw, project_linf
 
 
 @attacks.register("pgd")
@@ -59,7 +59,7 @@ class PGD(Attack):
         alpha = self.step()
         x_adv = x.clone()
         if self.random_start:
-            noise = torch.rand(x.shape, generator=generator, device=x.device, dtype=x.dtype)
+            noise = draw("rand", x.shape, generator, x.device, x.dtype)
             x_adv = clip(x + (2 * noise - 1) * self.eps, bounds)
         return descend(self, model, x, y, x_adv, self.steps,
                        lambda xa, xo, g: project_linf(xa + alpha * g.sign(), xo, self.eps, bounds),

@@ -12,7 +12,7 @@ from typing import Optional
 import torch
 
 from . import attacks
-from .base import Attack, Bounds, clip, descend
+from .base import Attack, Bounds, clip, descend, draw
 
 
 def project_l2(delta: torch.Tensor, eps: float) -> torch.Tensor:
@@ -49,9 +49,9 @@ class PGDL2(Attack):
         view = (-1,) + (1,) * (x.dim() - 1)
         x_adv = x.clone()
         if self.random_start:  # uniform in the ball: Gaussian direction, radius eps * U^(1/d)
-            d = torch.randn(x.shape, generator=generator, device=x.device, dtype=x.dtype)
+            d = draw("randn", x.shape, generator, x.device, x.dtype)
             d = d / d.flatten(1).norm(dim=1).clamp_min(1e-12).view(view)
-            r = torch.rand(len(x), generator=generator, device=x.device, dtype=x.dtype) ** (1.0 / x[0].numel())
+            r = draw("rand", (len(x),), generator, x.device, x.dtype) ** (1.0 / x[0].numel())
             x_adv = clip(x + d * (self.eps * r).view(view), bounds)
 
         def update(xa: torch.Tensor, xo: torch.Tensor, g: torch.Tensor) -> torch.Tensor:

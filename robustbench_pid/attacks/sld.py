@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import torch
 
 from . import attacks
-from .base import Attack, Bounds, clip
+from .base import Attack, Bounds, clip, draw
 
 
 def project_l1_ball(v: torch.Tensor, eps: float) -> torch.Tensor:
@@ -89,10 +89,10 @@ class SLD(Attack):
                 generator: torch.Generator) -> torch.Tensor:
         x_adv = x.clone()
         if self.random_start:  # a random point of the L1 ball (Laplace direction, uniform radius)
-            d = torch.empty_like(x).exponential_(generator=generator)
-            d = torch.where(torch.rand(x.shape, generator=generator, device=x.device, dtype=x.dtype) < 0.5, -d, d)
+            d = draw("exponential", x.shape, generator, x.device, x.dtype)
+            d = torch.where(draw("rand", x.shape, generator, x.device, x.dtype) < 0.5, -d, d)
             d = d / d.flatten(1).abs().sum(1).clamp_min(1e-12).view(-1, *[1] * (x.dim() - 1))
-            r = torch.rand(len(x), generator=generator, device=x.device, dtype=x.dtype) * self.eps
+            r = draw("rand", (len(x),), generator, x.device, x.dtype) * self.eps
             x_adv = clip(x + d * r.view(-1, *[1] * (x.dim() - 1)), bounds)
         view = (-1,) + (1,) * (x.dim() - 1)
         for _ in range(self.iterations):

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 import torch
 
 from . import attacks
-from .base import Attack, Bounds, clip, project_linf, still_correct
+from .base import Attack, Bounds, clip, draw, project_linf, still_correct
 
 
 def margin(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -97,7 +97,7 @@ class SPSA(Attack):
         for s in range(0, n, per):
             xs, ys = x[s:s + per], y[s:s + per]
             m = len(xs)
-            v = torch.randint(0, 2, (m, k, *shape), generator=generator, device=x.device).to(x.dtype) * 2 - 1
+            v = draw("sign", (m, k, *shape), generator, x.device, x.dtype)
             probes = xs[:, None] + self.fd_delta * torch.cat([v, -v], 1)  # (m, 2k, ...)
             losses = margin(self._forward(model, probes.reshape(-1, *shape)), ys.repeat_interleave(2 * k)).view(m, 2 * k)
             diff = (losses[:, :k] - losses[:, k:]) / (2 * self.fd_delta)  # (m, k)
@@ -110,7 +110,7 @@ class SPSA(Attack):
         n = len(x)
         delta = torch.zeros_like(x)
         if self.random_start:
-            u = torch.rand(x.shape, generator=generator, device=x.device, dtype=x.dtype)
+            u = draw("rand", x.shape, generator, x.device, x.dtype)
             delta = project_linf(x + (2 * u - 1) * self.eps, x, self.eps, bounds) - x
         m1, m2 = torch.zeros_like(x), torch.zeros_like(x)  # Adam moments (elementwise = per sample)
         b1, b2, adam_eps = 0.9, 0.999, 1e-8

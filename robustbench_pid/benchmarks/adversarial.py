@@ -43,7 +43,8 @@ survived every worst-case attack run at that eps (as AutoAttack reports its ense
 from __future__ import annotations
 
 import json
-from typing import Any, List, Optional
+from dataclasses import dataclass
+from typing import Any, Iterator, List, Optional
 
 import pandas as pd
 import torch
@@ -79,6 +80,83 @@ def protocol_params(name: str, params: dict, protocol: str) -> dict:
     return attack.params()
 
 
+@dataclass
+class AttackedBatch:
+    """One batch of a unit: clean verdicts and, for an attack, the adversarial pixels and logits."""
+
+    x: torch.Tensor
+    y: torch.Tensor
+    sample_ids: List[str]
+    clean_pred: torch.Tensor
+    clean_correct_top1: torch.Tensor
+    clean_correct_top5: torch.Tensor
+    attack: Any = None  # the Attack object, None for the clean unit
+    paper: bool = False
+    x_adv: Optional[torch.Tensor] = None  # adversarial images in pixel space (x itself where not attacked)
+    adv_logits: Optional[torch.Tensor] = None  # fp32 logits of the adversarial inputs
+    attacked: Optional[torch.Tensor] = None  # per sample (CPU): did the attack run on it
+    grad_zero: Optional[torch.Tensor] = None  # per sample (CPU): all-zero input gradient
+    grad_zero_known: bool = False  # False when the attack does not report grad_zero
+
+
+def attack_batches(ctx: Any, unit: Unit) -> Iterator[AttackedBatch]:
+    """The adversarial benchmark's work on a unit, batch by batch: the runner's records and
+    ``rbp.attack``'s images both come from here, so the two cannot drift apart.
+
+    The caller sets up the unit's global RNGs (``runner.unit_rng``); the attack's generator is
+    ``ctx.generator(unit)``, consumed batch after batch.
+    """
+    model = ctx.verdict_model()
+    paper = ctx.spec.protocol == "paper"
+    attack = None if unit.attack == "clean" else make_attack(unit.attack, **json.loads(unit.params))
+    gen = ctx.generator(unit)
+    for x, y, sids in ctx.batches(unit):
+        with torch.inference_mode():
+            clean_logits = model(x).float()
+        check_finite(clean_logits, ctx, unit, "clean")
+        clean_pred = clean_logits.argmax(1)
+        c1, c5 = topk_correct(clean_logits, y, 1), topk_correct(clean_logits, y, 5)
+        b = AttackedBatch(x, y, sids, clean_pred, c1, c5, attack, paper)
+        if attack is None:
+            yield b
+            continue
+        grad_zero = torch.zeros(len(y), dtype=torch.bool)
+        # None when the attack does not report it (black box, or a library attack such as
+        # AutoAttack whose gradients we do not see): "no zero gradients" would be a claim
+        gz_known = False
+        if paper:
+            net = ctx.attacked_net()
+            z = ctx.model.normalize(x)
+            with attack_precision(ctx.device, ctx.spec.precision):
+                z_adv = attack(net, z, clean_pred, bounds=None, generator=gen)
+            check_finite(z_adv, ctx, unit, "attack")
+            x_adv_pixels = ctx.model.denormalize(z_adv)
+            with torch.inference_mode():
+                adv_logits = net(z_adv).float()
+            attacked = torch.ones(len(y), dtype=torch.bool)
+            if "grad_zero" in attack.stats:
+                grad_zero, gz_known = attack.stats["grad_zero"], True
+        else:
+            attacked = c5.clone() if attack.worst_case else torch.ones_like(c5)
+            x_adv = x.clone()
+            sel = attacked.nonzero().squeeze(1)
+            if len(sel):
+                with attack_precision(ctx.device, ctx.spec.precision):
+                    x_adv[sel] = attack(ctx.attacked_model(), x[sel], y[sel], bounds=(0.0, 1.0), generator=gen)
+                check_finite(x_adv[sel], ctx, unit, "attack")
+                if "grad_zero" in attack.stats:
+                    grad_zero[sel.cpu()] = attack.stats["grad_zero"]
+                    gz_known = True
+            x_adv_pixels = x_adv
+            with torch.inference_mode():
+                adv_logits = model(x_adv).float()
+            attacked = attacked.cpu()
+        check_finite(adv_logits, ctx, unit, "verdict")
+        b.x_adv, b.adv_logits, b.attacked, b.grad_zero, b.grad_zero_known = (
+            x_adv_pixels, adv_logits, attacked, grad_zero, gz_known)
+        yield b
+
+
 @benchmarks.register("adversarial")
 class Adversarial(Benchmark):
     name = "adversarial"
@@ -98,65 +176,25 @@ class Adversarial(Benchmark):
         return units
 
     def run_unit(self, ctx: Any, unit: Unit) -> pd.DataFrame:
-        model = ctx.eval_model or ctx.model
-        paper = ctx.spec.protocol == "paper"
-        attack = None if unit.attack == "clean" else make_attack(unit.attack, **json.loads(unit.params))
-        gen = ctx.generator(unit)
         rows: List[pd.DataFrame] = []
-        for x, y, sids in ctx.batches(unit):
-            with torch.inference_mode():
-                clean_logits = model(x).float()
-            check_finite(clean_logits, ctx, unit, "clean")
-            clean_pred = clean_logits.argmax(1)
-            c1, c5 = topk_correct(clean_logits, y, 1), topk_correct(clean_logits, y, 5)
-            rec = {"sample_id": sids, "label": y.cpu().numpy(), "clean_pred": clean_pred.cpu().numpy(),
+        for b in attack_batches(ctx, unit):
+            y, c1, c5 = b.y, b.clean_correct_top1, b.clean_correct_top5
+            rec = {"sample_id": b.sample_ids, "label": y.cpu().numpy(), "clean_pred": b.clean_pred.cpu().numpy(),
                    "clean_correct_top1": c1.cpu().numpy(), "clean_correct_top5": c5.cpu().numpy()}
-            if attack is None:
+            if b.attack is None:
                 rec.update(pred=rec["clean_pred"], correct_top1=rec["clean_correct_top1"],
                            correct_top5=rec["clean_correct_top5"], attacked=False)
                 rows.append(pd.DataFrame(rec))
                 ctx.advance(len(y))
                 continue
-            grad_zero = torch.zeros(len(y), dtype=torch.bool)
-            # None when the attack does not report it (black box, or a library attack such as
-            # AutoAttack whose gradients we do not see): "no zero gradients" would be a claim
-            gz_known = False
-            if paper:
-                net = ctx.model.net
-                z = ctx.model.normalize(x)
-                with attack_precision(ctx.device, ctx.spec.precision):
-                    z_adv = attack(net, z, clean_pred, bounds=None, generator=gen)
-                check_finite(z_adv, ctx, unit, "attack")
-                x_adv_pixels = ctx.model.denormalize(z_adv)
-                with torch.inference_mode():
-                    adv_logits = net(z_adv).float()
-                attacked = torch.ones(len(y), dtype=torch.bool)
-                if "grad_zero" in attack.stats:
-                    grad_zero, gz_known = attack.stats["grad_zero"], True
-            else:
-                attacked = c5.clone() if attack.worst_case else torch.ones_like(c5)
-                x_adv = x.clone()
-                sel = attacked.nonzero().squeeze(1)
-                if len(sel):
-                    with attack_precision(ctx.device, ctx.spec.precision):
-                        x_adv[sel] = attack(ctx.attack_model or ctx.model, x[sel], y[sel], bounds=(0.0, 1.0),
-                                            generator=gen)
-                    check_finite(x_adv[sel], ctx, unit, "attack")
-                    if "grad_zero" in attack.stats:
-                        grad_zero[sel.cpu()] = attack.stats["grad_zero"]
-                        gz_known = True
-                x_adv_pixels = x_adv
-                with torch.inference_mode():
-                    adv_logits = model(x_adv).float()
-                attacked = attacked.cpu()
-            check_finite(adv_logits, ctx, unit, "verdict")
+            attack, adv_logits = b.attack, b.adv_logits
             a1, a5 = topk_correct(adv_logits, y, 1), topk_correct(adv_logits, y, 5)
-            if attack.worst_case and not paper:
+            if attack.worst_case and not b.paper:
                 a1, a5 = a1 & c1, a5 & c5
-            delta = (x_adv_pixels - x).flatten(1)
+            delta = (b.x_adv - b.x).flatten(1)
             rec.update(pred=adv_logits.argmax(1).cpu().numpy(), correct_top1=a1.cpu().numpy(),
-                       correct_top5=a5.cpu().numpy(), attacked=attacked.numpy(),
-                       grad_zero=grad_zero.numpy() if attack.uses_gradients and gz_known else None,
+                       correct_top5=a5.cpu().numpy(), attacked=b.attacked.numpy(),
+                       grad_zero=b.grad_zero.numpy() if attack.uses_gradients and b.grad_zero_known else None,
                        pert_linf=delta.abs().amax(1).cpu().numpy(),
                        pert_l2=delta.norm(dim=1).cpu().numpy(), pert_l1=delta.abs().sum(1).cpu().numpy())
             rows.append(pd.DataFrame(rec))

@@ -92,7 +92,7 @@ class Corruptions(Benchmark):
     def run_unit(self, ctx: Any, unit: Unit) -> pd.DataFrame:
         from ..corruptions import corrupt_batch, sample_seed
 
-        model = ctx.eval_model or ctx.model
+        model = ctx.verdict_model()
         name, sev = split_condition(unit.condition)
         rows = []
         workers = name and int(getattr(ctx.spec, "num_workers", 0) or 0) > 0

@@ -58,7 +58,7 @@ class ImageNetC(Benchmark):
         return condition_units(ctx, self.name)
 
     def run_unit(self, ctx: Any, unit: Unit) -> pd.DataFrame:
-        model = ctx.eval_model or ctx.model
+        model = ctx.verdict_model()
         rows = []
         for x, y, sids in ctx.batches(unit):
             rec = predict_records(model, x, y, sids, ctx, unit)

@@ -41,7 +41,7 @@ class OOD(Benchmark):
         return condition_units(ctx, self.name)
 
     def run_unit(self, ctx: Any, unit: Unit) -> pd.DataFrame:
-        model = ctx.eval_model or ctx.model
+        model = ctx.verdict_model()
         idx = dataset_mask(ctx, self.name)
         rows = []
         for x, y, sids in ctx.batches(unit):

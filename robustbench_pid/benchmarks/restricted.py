@@ -49,7 +49,7 @@ class Restricted(Benchmark):
                 for a, b in chunks(len(ctx.indices), ctx.spec.chunk_size)]
 
     def run_unit(self, ctx: Any, unit: Unit) -> pd.DataFrame:
-        model = ctx.eval_model or ctx.model
+        model = ctx.verdict_model()
         idx = dataset_mask(ctx, self.name)
         rows = []
         for x, y, sids in ctx.batches(unit):

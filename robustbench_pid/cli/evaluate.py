@@ -3,14 +3,13 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List
 
 NAME = "evaluate"
 HELP = ("evaluate a model: clean accuracy plus attacks (--attack / --suite) or a benchmark, "
         "written as per-sample records + summary under results/")
 
-PAPER_EPS_GRID = [f"{i}/255" for i in range(1, 7)]  # PIDformer appendix C.1
-SWEEP_BY_DEFAULT = ("fgsm", "pgd")
+from ..spec_builder import PAPER_EPS_GRID, SWEEP_BY_DEFAULT  # noqa: F401  (kept importable from here)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -71,91 +70,26 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="print the work units, forward/backward passes per unit and an estimated time; compute nothing")
 
 
+def spec_options(args: argparse.Namespace) -> Dict[str, Any]:
+    """The parsed flags as :func:`robustbench_pid.spec_builder.build_spec` keywords."""
+    from ..spec_builder import option_names
+
+    names = set(option_names())
+    return {k: v for k, v in vars(args).items() if k in names}
+
+
 def attack_specs(args: argparse.Namespace) -> List[Any]:
-    from ..attacks import get_attack
-    from ..attacks.base import parse_eps
-    from ..errors import UserError
-    from ..specs import AttackSpec
+    """The attacks of these flags (the library's :func:`~robustbench_pid.spec_builder.attack_specs`)."""
+    from ..spec_builder import attack_specs as build
 
-    overrides: Dict[str, Any] = {}
-    if args.steps is not None:
-        overrides["steps"] = args.steps
-    if args.step_size is not None:
-        overrides["step_size"] = parse_eps(args.step_size, what="step size (--step-size)")
-    for kv in args.param:
-        if "=" not in kv:
-            raise UserError(f"--param {kv!r}: expected KEY=VALUE")
-        k, v = kv.split("=", 1)
-        overrides[k.strip().replace("-", "_")] = v.strip()
-    eps_list: Optional[List[float]] = None
-    if args.eps is not None:
-        eps_list = [parse_eps(t) for t in args.eps.split(",") if t.strip()] or None
-        if eps_list is None:
-            raise UserError("--eps is empty; give values like 1/255,2/255")
-    specs: List[AttackSpec] = []
-    if args.suite:
-        from ..suites import load_suite
-
-        suite = load_suite(args.suite)
-        for s in suite["attacks"]:
-            cls = get_attack(s.attack)
-            params = dict(s.params)
-            params.update({k: v for k, v in overrides.items() if k in cls.param_names()})
-            specs.append(AttackSpec(s.attack, cls.from_params(params).params()))
-    for name in args.attack:
-        cls = get_attack(name)
-        grid = eps_list or ([parse_eps(e) for e in PAPER_EPS_GRID] if name in SWEEP_BY_DEFAULT else [None])
-        for eps in grid:
-            params = dict(overrides) if eps is None else {**overrides, "eps": eps}
-            specs.append(AttackSpec(name, cls.from_params(params).params()))
-    return specs
+    return build(args.attack, args.eps, args.steps, args.step_size, args.param, args.suite)
 
 
 def build_spec(args: argparse.Namespace) -> Any:
-    from ..errors import UserError
-    from ..specs import RunSpec
+    """The RunSpec of these flags: the CLI only parses; the library builds."""
+    from ..spec_builder import build_spec as build
 
-    from ..data import dataset_info
-
-    specs = attack_specs(args)
-    if args.benchmark is None:
-        args.benchmark = dataset_info(args.dataset).default_benchmark
-    if args.benchmark == "adversarial" and not specs and (args.eps or args.steps or args.param):
-        raise UserError("--eps/--steps/--param need --attack NAME or --suite NAME")
-    arch_kwargs = {k: getattr(args, k) for k in ("lambda_p", "lambda_i", "lambda_d", "beta") if getattr(args, k) is not None}
-    arch_kwargs.update(_key_values(args.model_arg, "--model-arg"))
-    bench_opts = _key_values(args.bench_opt, "--bench-opt")
-    options: Dict[str, Any] = {args.benchmark.replace("-", "_"): bench_opts} if bench_opts else {}
-    if args.imagenet_root:
-        options["dataset"] = {"imagenet_root": args.imagenet_root}
-    return RunSpec(
-        model=args.model, checkpoint=args.checkpoint, dataset=args.dataset, split=args.split,
-        data_root=args.data_root, protocol=args.protocol, attacks=specs, benchmark=args.benchmark,
-        benchmark_options=options,
-        suite=args.suite, limit=args.limit, subset=args.subset, skip_unreadable=args.skip_unreadable,
-        dry_run=args.dry_run, batch_size=args.batch_size, chunk_size=args.chunk_size,
-        seed=args.seed, device=args.device, precision=args.precision, compile=args.compile,
-        num_workers=args.workers, out=args.out, allow_pickle=args.allow_pickle, strict=not args.non_strict,
-        shard=args.shard, quiet=args.quiet, arch_kwargs=arch_kwargs,
-    )
-
-
-def _key_values(items: List[str], flag: str) -> Dict[str, Any]:
-    """KEY=VALUE pairs; VALUE parsed as JSON (numbers, booleans, lists) and kept as a string otherwise."""
-    import json
-
-    from ..errors import UserError
-
-    out: Dict[str, Any] = {}
-    for kv in items:
-        if "=" not in kv:
-            raise UserError(f"{flag} {kv!r}: expected KEY=VALUE")
-        k, v = (t.strip() for t in kv.split("=", 1))
-        try:
-            out[k.replace("-", "_")] = json.loads(v)
-        except json.JSONDecodeError:
-            out[k.replace("-", "_")] = v
-    return out
+    return build(**spec_options(args))
 
 
 def run(args: argparse.Namespace) -> int:
