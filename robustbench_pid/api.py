@@ -10,7 +10,6 @@ settings share their run folder, resume from each other and give identical recor
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from typing import Any, Dict, Optional, Sequence, Tuple, Union
 
 import pandas as pd

@@ -46,8 +46,10 @@ def test_builder_defaults_are_the_commands_defaults():
 
 def test_evaluate_returns_the_tidy_results_of_the_run(tmp_path):
     df = rbp.evaluate(model="deit", attack="fgsm", eps=2 / 255, limit=20, batch_size=20, out=tmp_path / "api")
-    assert list(df.columns[:13]) == ["run_id", "model", "checkpoint_sha256", "dataset", "protocol", "benchmark",
-                                     "attack", "eps", "metric", "value", "n", "ci_low", "ci_high"]
+    assert list(df.columns[:18]) == ["run_id", "model", "checkpoint_sha256", "dataset", "protocol", "benchmark",
+                                     "attack", "eps", "setting", "metric", "value", "n", "ci_low", "ci_high",
+                                     "settings_id", "samples_id", "precision", "settings"]
+    assert set(df.loc[df["attack"] == "fgsm", "setting"]) == {"FGSM"}
     assert set(zip(df["attack"], df["metric"])) == {("clean", "top1"), ("clean", "top5"), ("fgsm", "top1"),
                                                     ("fgsm", "top5")}
     assert (df["n"] == 20).all() and df.attrs["run_dir"] == str(tmp_path / "api")

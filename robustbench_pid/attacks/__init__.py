@@ -5,7 +5,7 @@ read the same names), registered under its name. Adding an attack means adding o
 """
 from __future__ import annotations
 
-from typing import Any, Dict, Type
+from typing import Any, Type
 
 from ..registry import Registry
 from .base import Attack

@@ -3,7 +3,7 @@ records, and turns records into tidy metric rows. ``adversarial`` (clean + attac
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, ClassVar, Dict, List
 
 import pandas as pd

@@ -16,7 +16,7 @@ from timm.models import generate_default_cfgs, register_model
 
 from .fan import (FAN_CFG, FAN_DIGITS, FAN_DIGITS_CFG, FAN_SIZES, FanVisionTransformer, TokenMixing,
                   checkpoint_filter_fn, create_fan)
-from .pid_vit import PidGains, PidState, gains_from_kwargs, pid_control
+from .pid_vit import PidGains, PidState, PidVisionTransformer, gains_from_kwargs, pid_control
 
 __all__ = ["PidTokenMixing", "PidFanVisionTransformer", "checkpoint_filter_fn"]
 
@@ -36,6 +36,8 @@ class PidTokenMixing(TokenMixing):
 
 class PidFanVisionTransformer(FanVisionTransformer):
     """FAN-ViT with PID token mixing in every block; ``gains`` default to PID DeiT's (A.1)."""
+
+    factory_kwargs = PidVisionTransformer.factory_kwargs  # the PID gains its factory turns into ``gains``
 
     def __init__(self, *args: Any, gains: Optional[PidGains] = None, **kwargs: Any) -> None:
         kwargs["attn_layer"] = PidTokenMixing

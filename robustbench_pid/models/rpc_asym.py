@@ -26,7 +26,7 @@ from timm.models.vision_transformer import VisionTransformer, checkpoint_filter_
 
 from .configs import DIGITS_CFG, IMAGENET_CFG
 from .pid_vit import DIGITS_ARCH
-from .symvit import RpcConfig, SymAttention, assign_pap, pap_attention, rpc_from_kwargs
+from .symvit import RpcConfig, SymAttention, SymVisionTransformer, assign_pap, pap_attention, rpc_from_kwargs
 
 __all__ = ["AsymRpcAttention", "RpcAsymVisionTransformer", "SymAsymVisionTransformer", "RPC_ASYM_DEFAULTS",
            "checkpoint_filter_fn"]
@@ -62,6 +62,8 @@ class AsymRpcAttention(Attention):
 class RpcAsymVisionTransformer(VisionTransformer):
     """timm ``VisionTransformer`` with key-side PAP in ``rpc.rpc_layers``."""
 
+    factory_kwargs = SymVisionTransformer.factory_kwargs  # the RPC settings its factory turns into ``rpc``
+
     def __init__(self, *args: Any, rpc: Optional[RpcConfig] = None, **kwargs: Any) -> None:
         kwargs["attn_layer"] = AsymRpcAttention
         super().__init__(*args, **kwargs)
@@ -71,6 +73,8 @@ class RpcAsymVisionTransformer(VisionTransformer):
 
 class SymAsymVisionTransformer(VisionTransformer):
     """timm ``VisionTransformer`` whose ``rpc.rpc_layers`` use symmetric attention with PAP ("Sym/Asym")."""
+
+    factory_kwargs = SymVisionTransformer.factory_kwargs  # the RPC settings its factory turns into ``rpc``
 
     def __init__(self, *args: Any, rpc: Optional[RpcConfig] = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

@@ -18,7 +18,7 @@ from timm.models import generate_default_cfgs, register_model
 
 from .fan import (FAN_CFG, FAN_DIGITS, FAN_DIGITS_CFG, FAN_SIZES, FanVisionTransformer, TokenMixing,
                   checkpoint_filter_fn, create_fan)
-from .symvit import RpcConfig, assign_pap, pap_attention, rpc_from_kwargs
+from .symvit import RpcConfig, SymVisionTransformer, assign_pap, pap_attention, rpc_from_kwargs
 
 __all__ = ["SymTokenMixing", "SymFanVisionTransformer", "RPC_FAN_DEFAULTS", "checkpoint_filter_fn"]
 
@@ -49,6 +49,8 @@ class SymTokenMixing(TokenMixing):
 
 class SymFanVisionTransformer(FanVisionTransformer):
     """FAN-ViT with symmetric token mixing; RPC-Attention (PAP) in ``rpc.rpc_layers``."""
+
+    factory_kwargs = SymVisionTransformer.factory_kwargs  # the RPC settings its factory turns into ``rpc``
 
     def __init__(self, *args: Any, rpc: Optional[RpcConfig] = None, **kwargs: Any) -> None:
         kwargs["attn_layer"] = SymTokenMixing
