@@ -129,3 +129,16 @@ def test_autoattack_refuses_other_versions():
 
     with pytest.raises(UserError, match="standard"):
         make_attack("autoattack", version="rand")
+
+
+def test_spsa_slice_size_never_changes_the_result(pid_model, batch16):
+    """The probe slice (``max_batch``) is memory and speed only: it is left out of a condition's
+    identity, so every slice size must give the same adversarial images (CPU)."""
+    from robustbench_pid.attacks.spsa import AUTO_SLICE_CPU
+
+    x, y = batch16
+    outs = [make_attack("spsa", eps=0.1, iterations=3, n_samples=16, max_batch=mb)(
+        pid_model, x, y, generator=torch.Generator().manual_seed(3)) for mb in (0, 40, 4096)]
+    assert torch.equal(outs[0], outs[1]) and torch.equal(outs[0], outs[2])
+    assert make_attack("spsa").slice_size(torch.device("cpu")) == AUTO_SLICE_CPU == 256
+    assert make_attack("spsa", max_batch=64).slice_size(torch.device("cpu")) == 64

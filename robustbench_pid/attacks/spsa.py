@@ -14,7 +14,9 @@ torchattacks' SPSA is only right untargeted. This one:
 - starts from a uniform random point of the ball (as cleverhans does), drawn from the generator,
   as are all Rademacher directions, so a seed reproduces a run exactly;
 - all samples of a batch and all their ``2 * n_samples`` probes go through the model together
-  (in slices of ``max_batch`` images).
+  (in slices of ``max_batch`` images; by default 256 on a CPU, 4,096 on a GPU). The directions are
+  drawn slice after slice from one generator, so the slice size never changes a result: it is left
+  out of a condition's identity.
 
 Early stop (``early_stop=True``): a sample leaves the loop once its label leaves the top-``stop_topk``
 predictions, keeping that point, so its verdict is final (same accuracy, less cost). The default
@@ -34,6 +36,8 @@ import torch
 
 from . import attacks
 from .base import Attack, Bounds, clip, draw, project_linf, still_correct
+
+AUTO_SLICE_CPU, AUTO_SLICE_CUDA = 256, 4096  # ``max_batch=0``: images per forward pass by device
 
 
 def margin(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -58,7 +62,7 @@ class SPSA(Attack):
     random_start: bool = True
     early_stop: bool = True
     stop_topk: int = 1
-    max_batch: int = 4096  # images per forward pass (memory only; results do not depend on it)
+    max_batch: int = 0  # images per forward pass; 0: by device (memory and speed only, never the result)
 
     label = "SPSA"
     not_identity = ("max_batch",)
@@ -76,12 +80,19 @@ class SPSA(Attack):
         for k in ("lr", "fd_delta"):
             if not getattr(self, k) > 0:
                 raise UserError(f"{loc}attack 'spsa': {k} must be > 0, got {getattr(self, k)}")
-        if self.n_samples < 1 or self.max_batch < 1:
-            raise UserError(f"{loc}attack 'spsa': n_samples and max_batch must be >= 1")
+        if self.n_samples < 1 or self.max_batch < 0:
+            raise UserError(f"{loc}attack 'spsa': n_samples must be >= 1 and max_batch >= 0 (0: by device)")
+
+    def slice_size(self, device: torch.device) -> int:
+        """Images per forward pass: ``max_batch``, or by device when 0. A CPU runs the digits model at
+        1,884 images/s in slices of 256 but 740 at 4,096 (cache-bound; the probe tensors of one
+        slice then stay small), a GPU needs large slices to be busy."""
+        return self.max_batch or (AUTO_SLICE_CUDA if device.type == "cuda" else AUTO_SLICE_CPU)
 
     @torch.no_grad()
     def _forward(self, model: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
-        return torch.cat([model(x[i:i + self.max_batch]).float() for i in range(0, len(x), self.max_batch)])
+        mb = self.slice_size(x.device)
+        return torch.cat([model(x[i:i + mb]).float() for i in range(0, len(x), mb)])
 
     @torch.no_grad()
     def estimate_gradient(self, model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor,
@@ -92,7 +103,7 @@ class SPSA(Attack):
         small; the directions are drawn chunk after chunk from the same generator.
         """
         n, shape, k = len(x), x.shape[1:], self.n_samples
-        per = max(1, self.max_batch // (2 * k))
+        per = max(1, self.slice_size(x.device) // (2 * k))
         out = torch.empty_like(x)
         for s in range(0, n, per):
             xs, ys = x[s:s + per], y[s:s + per]
