@@ -73,7 +73,7 @@ def short_hash(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
-def setting_label(attack: str, params: Any, protocol: str = "", precision: Optional[str] = None) -> str:
+def setting_label(attack: str, params: Any, precision: Optional[str] = None) -> str:
     """Readable label of the settings (the attack's own ``describe``; precision when not fp32)."""
     if attack == "clean":
         return "clean"
@@ -94,7 +94,7 @@ def setting_label(attack: str, params: Any, protocol: str = "", precision: Optio
 def identity(benchmark: str, attack: str, params: Any, protocol: str, precision: Optional[str]) -> Tuple[str, str, str]:
     """(settings_id, setting label, canonical settings JSON) of one condition."""
     s = canonical(settings_dict(benchmark, attack, params, protocol, precision))
-    return short_hash(s), setting_label(attack, params, protocol, precision), s
+    return short_hash(s), setting_label(attack, params, precision), s
 
 
 def add_identity(records: pd.DataFrame, precision: Optional[str] = None) -> pd.DataFrame:
@@ -132,19 +132,29 @@ def combined(ids: Iterable[str]) -> str:
     return short_hash("+".join(sorted({str(i) for i in ids})))
 
 
+def flat_settings(settings: str) -> Optional[Dict[str, str]]:
+    """A canonical settings string as ``{setting name: shown value}`` (attack settings at the top
+    level, beside benchmark/attack/protocol/precision), or None when it is not settings JSON."""
+    try:
+        d = json.loads(settings)
+    except (TypeError, ValueError):
+        return None
+    return {k: _show(v) for k, v in _flatten(d).items()} if isinstance(d, Mapping) else None
+
+
+def differing_settings(settings: Iterable[str]) -> List[str]:
+    """The names of the settings whose values are not the same in all of ``settings``."""
+    flats = [flat_settings(s) or {} for s in settings]
+    names = sorted({k for f in flats for k in f})
+    return [k for k in names if len({f.get(k, "(unset)") for f in flats}) > 1]
+
+
 def settings_diff(old: str, new: str) -> List[str]:
     """Each setting that differs between two canonical settings strings, as ``name: old → new``."""
-    try:
-        a, b = json.loads(old), json.loads(new)
-    except (TypeError, ValueError):
+    a, b = flat_settings(old), flat_settings(new)
+    if a is None or b is None:
         return [f"settings: {old} → {new}"]
-    flat_a, flat_b = _flatten(a), _flatten(b)
-    out = []
-    for k in sorted(set(flat_a) | set(flat_b)):
-        va, vb = flat_a.get(k, "(unset)"), flat_b.get(k, "(unset)")
-        if va != vb:
-            out.append(f"{k}: {_show(va)} → {_show(vb)}")
-    return out
+    return [f"{k}: {a.get(k, '(unset)')} → {b.get(k, '(unset)')}" for k in differing_settings([old, new])]
 
 
 def _flatten(d: Mapping[str, Any], prefix: str = "") -> Dict[str, Any]:

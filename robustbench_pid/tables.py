@@ -690,7 +690,7 @@ def split_by_settings(sub: pd.DataFrame, text: str, label: str, attack: str,
 
     With one setting the label stays and ``notes`` says which settings the row shows; with
     several, each row label adds the settings that differ (e.g. ``steps 2`` / ``steps 20``)."""
-    from .conditions import settings_diff
+    from .conditions import differing_settings, flat_settings
 
     ids = list(dict.fromkeys(sub["settings_id"]))
     if attack == "clean":
@@ -702,30 +702,14 @@ def split_by_settings(sub: pd.DataFrame, text: str, label: str, attack: str,
             notes.append(f"{label} = {setting}")
         return [(text, sub)]
     raw = {i: str(first.loc[i, "settings"]) if "settings" in first.columns else "" for i in ids}
-    differing: List[str] = []
-    for i in ids[1:]:
-        for d in settings_diff(raw[ids[0]], raw[i]):
-            k = d.split(":", 1)[0]
-            if k not in differing:
-                differing.append(k)
+    differing = differing_settings(raw.values())
     out = []
     for i in ids:
-        flat = _flat_settings(raw[i])
+        flat = flat_settings(raw[i]) or {}
         tag = ", ".join(f"{k} {flat.get(k, '(unset)')}" for k in differing) or str(first.loc[i, "setting"]) or i
         out.append((f"{text} · {tag}", sub[sub["settings_id"] == i]))
         notes.append(f"{label} · {tag} = {first.loc[i, 'setting'] or i}")
     return out
-
-
-def _flat_settings(settings: str) -> Dict[str, str]:
-    import json
-
-    from .conditions import _flatten, _show
-
-    try:
-        return {k: _show(v) for k, v in _flatten(json.loads(settings)).items()}
-    except (TypeError, ValueError):
-        return {}
 
 
 def _paper_table(df: pd.DataFrame, inp: Inputs, order: List[str], ds: str, proto: str,
