@@ -15,17 +15,28 @@ PGD-2 at one eps are different measurements. Every record and tidy row therefore
 
 Tables pair and compare only cells with equal ``settings_id``; ``check`` names each setting that
 differs from its baseline.
+
+Records and tidy rows also carry what a reader needs to know about the attack, so that tables,
+plots, ``check`` and the diagnostics never import the attack registry (and torch) to read results:
+``attack_label`` (the class's ``label``: ``PGD``, ``CW-L2``; ``Clean``; ``Worst case``; a benchmark
+condition keeps its own name), ``norm`` (the unit of eps: ``linf``/``l2``/``l1``; empty for clean and
+benchmark conditions), ``white_box`` (the attack reads gradients), ``worst_case`` (it searches the
+eps-ball for a misclassification; random noise does not) and ``paper_eps`` (the eps the papers report
+the attack at; NaN when none). The runner stamps them when it writes records; records written before
+they existed get them from the registry when loaded (the only registry read on the results side).
 """
 from __future__ import annotations
 
 import hashlib
 import json
+import math
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
 
 import pandas as pd
 
 SETTINGS_COLUMNS = ("benchmark", "attack", "params", "protocol", "precision")
 IDENTITY_COLUMNS = ("settings_id", "setting", "settings")
+META_COLUMNS = ("attack_label", "norm", "white_box", "worst_case", "paper_eps")
 DEFAULT_PRECISION = "fp32"
 
 
@@ -97,13 +108,49 @@ def identity(benchmark: str, attack: str, params: Any, protocol: str, precision:
     return short_hash(s), setting_label(attack, params, precision), s
 
 
-def add_identity(records: pd.DataFrame, precision: Optional[str] = None) -> pd.DataFrame:
-    """``records`` with ``precision``, ``settings_id``, ``setting`` and ``settings`` columns.
+def attack_meta(attack: str) -> Dict[str, Any]:
+    """The metadata columns (``META_COLUMNS``) of one attack name, read from its class.
 
-    Computed once per distinct condition (a handful), not per row. Records that already carry
-    a ``settings_id`` are returned unchanged."""
-    if records.empty or "settings_id" in records.columns:
+    Imports the attack registry (and torch): only for results written without the columns."""
+    if attack == "clean":
+        return {"attack_label": "Clean", "norm": "", "white_box": False, "worst_case": False, "paper_eps": math.nan}
+    cls = _attack_class(attack)
+    if cls is None:  # a benchmark condition ("fog/3", "ood") or an attack not installed here
+        return {"attack_label": str(attack), "norm": "", "white_box": False, "worst_case": False,
+                "paper_eps": math.nan}
+    paper = getattr(cls, "paper_eps", None)
+    return {"attack_label": cls.label or cls.name.upper(), "norm": str(cls.norm),
+            "white_box": bool(cls.uses_gradients), "worst_case": bool(cls.worst_case),
+            "paper_eps": math.nan if paper is None else float(paper)}
+
+
+def with_attack_meta(df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` (records or tidy rows) with every ``META_COLUMNS`` column, derived per distinct
+    ``attack`` where absent; returned unchanged (no registry read) when all are present."""
+    missing = [c for c in META_COLUMNS if c not in df.columns]
+    if not missing or "attack" not in df.columns:
+        return df
+    out = df.copy()
+    metas = {a: attack_meta(str(a)) for a in out["attack"].unique()}
+    for col in missing:
+        out[col] = out["attack"].map({a: m[col] for a, m in metas.items()})
+    out["white_box"] = out["white_box"].astype(bool)
+    out["worst_case"] = out["worst_case"].astype(bool)
+    out["paper_eps"] = out["paper_eps"].astype("float64")
+    return out
+
+
+def add_identity(records: pd.DataFrame, precision: Optional[str] = None) -> pd.DataFrame:
+    """``records`` with ``precision``, ``settings_id``, ``setting`` and ``settings`` columns and the
+    attack metadata (``META_COLUMNS``).
+
+    Called when the runner writes a run's records and when a run folder is loaded (records of
+    older versions lack some columns). Computed once per distinct condition (a handful), not per
+    row; columns already present are kept as they are."""
+    if records.empty:
         return records
+    if "settings_id" in records.columns:
+        return with_attack_meta(records)
     df = records.copy()
     if "precision" not in df.columns:
         df["precision"] = precision or DEFAULT_PRECISION
@@ -119,7 +166,7 @@ def add_identity(records: pd.DataFrame, precision: Optional[str] = None) -> pd.D
     df["settings_id"] = [i[0] for i in ids]
     df["setting"] = [i[1] for i in ids]
     df["settings"] = [i[2] for i in ids]
-    return df
+    return with_attack_meta(df)
 
 
 def samples_id(sample_ids: Iterable[Any]) -> str:

@@ -8,7 +8,8 @@ adversarial robustness", sec. 5; Croce & Hein 2020):
   the smaller one, so a working attack can only do better);
 - ``pgd-above-fgsm``: PGD (many steps) leaves more accuracy than FGSM (one step) at the same eps;
 - ``black-box-beats-white-box``: a score-based attack (SPSA, Square) gets lower than every white-box
-  gradient attack (FGSM, PGD) at the same eps, i.e. the gradients are less useful than random search;
+  gradient attack (FGSM, PGD, ...) of the same norm at the same eps, i.e. the gradients are less
+  useful than random search;
 - ``large-eps-not-zero``: accuracy stays well above zero at an eps large enough to erase the image;
 - ``zero-gradients``: a noticeable share of attacked samples had an all-zero input gradient;
 - ``constant-predictions`` (broken model): every sample gets the same clean prediction although
@@ -17,7 +18,10 @@ adversarial robustness", sec. 5; Croce & Hein 2020):
 - ``attack-moved-nothing``: an attack with eps > 0 left every attacked sample exactly where it was
   (all perturbation norms 0): its row is clean accuracy under another name (zero or masked gradients).
 
-Each check compares runs of one model, checkpoint, dataset and protocol only. Differences smaller
+Which attacks are white box, worst case and of which norm is read from the ``white_box``,
+``worst_case`` and ``norm`` columns of the records and tidy rows (``conditions.META_COLUMNS``), so
+diagnosing results never imports the attacks. Each check compares runs of one model, checkpoint,
+dataset and protocol only. Differences smaller
 than ``tol`` percentage points are ignored (one sample of 360 is 0.28 points). Every finding says
 what was seen and what to try.
 """
@@ -28,8 +32,8 @@ from typing import Callable, List, Optional
 
 import pandas as pd
 
-WHITE_BOX = ("fgsm", "pgd")
-BLACK_BOX = ("spsa", "square")
+from .conditions import with_attack_meta
+
 RUN_KEYS = ["model", "checkpoint_sha256", "dataset", "protocol"]
 
 
@@ -59,11 +63,11 @@ def _tidy(data: pd.DataFrame) -> pd.DataFrame:
 
         data = summarize(data)
     if data.empty or "metric" not in data:
-        return pd.DataFrame(columns=RUN_KEYS + ["attack", "eps", "value", "n"])
+        return pd.DataFrame(columns=RUN_KEYS + ["attack", "eps", "value", "n", "norm", "white_box", "worst_case"])
     df = data[data["metric"] == "top1"]
     if "benchmark" in df:
         df = df[df["benchmark"] == "adversarial"]
-    df = df[~df["attack"].isin(["clean", "worst-case"])].copy()
+    df = with_attack_meta(df[~df["attack"].isin(["clean", "worst-case"])]).copy()
     for k in RUN_KEYS:
         if k not in df:
             df[k] = ""
@@ -76,10 +80,9 @@ def _groups(df: pd.DataFrame):
         yield dict(zip(RUN_KEYS, key)), g
 
 
-def _worst_case(attack: str) -> bool:
-    from .benchmarks.adversarial import attack_norm
-
-    return attack_norm(attack) is not None
+def _worst_case(rows: pd.DataFrame) -> pd.Series:
+    """Rows of attacks that search their eps-ball for a misclassification (noise does not)."""
+    return rows["worst_case"].astype(bool) & (rows["norm"].astype(str) != "")
 
 
 def check_eps_monotone(data: pd.DataFrame, tol: float = 1.0) -> List[Finding]:
@@ -87,9 +90,7 @@ def check_eps_monotone(data: pd.DataFrame, tol: float = 1.0) -> List[Finding]:
     df = _tidy(data)
     out: List[Finding] = []
     for ids, g in _groups(df):
-        for attack, ga in g.groupby("attack", sort=False):
-            if not _worst_case(attack):
-                continue
+        for attack, ga in g[_worst_case(g)].groupby("attack", sort=False):
             # the same attack at several eps (min over its settings at each eps: the strongest run)
             s = ga.groupby("eps")["value"].min().sort_index()
             for (e0, v0), (e1, v1) in zip(s.items(), list(s.items())[1:]):
@@ -125,13 +126,15 @@ def check_pgd_vs_fgsm(data: pd.DataFrame, tol: float = 1.0) -> List[Finding]:
 
 
 def check_black_box(data: pd.DataFrame, tol: float = 1.0) -> List[Finding]:
-    """A score-based attack beating every white-box attack at the same L-inf eps."""
+    """A score-based attack beating every white-box attack of its norm at the same eps."""
     df = _tidy(data)
     out: List[Finding] = []
     for ids, g in _groups(df):
-        white = g[g["attack"].isin(WHITE_BOX)].groupby("eps")["value"].min()
-        for bb in BLACK_BOX:
-            black = g[g["attack"] == bb].groupby("eps")["value"].min()
+        g = g[_worst_case(g)]
+        is_white = g["white_box"].astype(bool)
+        for (norm, bb), gb in g[~is_white].groupby(["norm", "attack"], sort=False):
+            white = g[is_white & (g["norm"] == norm)].groupby("eps")["value"].min()
+            black = gb.groupby("eps")["value"].min()
             for eps in sorted(set(black.index) & set(white.index)):
                 if black[eps] < white[eps] - tol:
                     out.append(Finding(
@@ -147,13 +150,12 @@ def check_black_box(data: pd.DataFrame, tol: float = 1.0) -> List[Finding]:
 
 def check_large_eps(data: pd.DataFrame, large_eps: float = 0.25, max_acc: float = 10.0) -> List[Finding]:
     """At an L-inf eps of ``large_eps`` or more (a quarter of the pixel range), accuracy should be ~0."""
-    from .benchmarks.adversarial import attack_norm
-
     df = _tidy(data)
     out: List[Finding] = []
     for ids, g in _groups(df):
+        g = g[_worst_case(g) & (g["norm"] == "linf")]
         for (attack, eps), ga in g.groupby(["attack", "eps"], sort=False):
-            if attack_norm(attack) != "linf" or eps < large_eps:
+            if eps < large_eps:
                 continue
             v = float(ga["value"].min())
             if v > max_acc:

@@ -6,61 +6,35 @@ A run folder holds ``records.parquet`` (one row per evaluated sample and conditi
 """
 from __future__ import annotations
 
-import inspect
 import json
+import math
+import warnings
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, List, Optional, Union
+from typing import Any, Dict, List, Optional, Union
 
 import pandas as pd
 
+from .conditions import META_COLUMNS, add_identity, combined, samples_id
 from .errors import UserError
-from .conditions import add_identity, combined, samples_id
-from .metrics import wilson_interval
+from .summaries import summarize_benchmark
 
 TIDY_COLUMNS = ["run_id", "model", "checkpoint_sha256", "dataset", "protocol", "benchmark", "attack", "eps",
                 "setting", "metric", "value", "n", "ci_low", "ci_high", "settings_id", "samples_id", "precision",
-                "settings"]
-ID_COLUMNS = ["run_id", "model", "checkpoint_sha256", "dataset", "protocol", "benchmark"]
-
-
-def accuracy_rows(records: pd.DataFrame, group_cols: Iterable[str] = ("attack", "eps"),
-                  metrics: Iterable[str] = ("top1", "top5")) -> pd.DataFrame:
-    """top-1/top-5 accuracy in percent with 95% Wilson intervals, per group.
-
-    Conditions with different settings (``settings_id``) are never pooled, even at one attack
-    name and eps; each row names the sample set it was computed on (``samples_id``)."""
-    ident = [c for c in ("settings_id", "setting", "settings", "precision") if c in records.columns]
-    keys = [c for c in ID_COLUMNS if c in records.columns] + list(group_cols) + ident
-    rows: List[dict] = []
-    for gkey, g in records.groupby(keys, sort=False, dropna=False):
-        base = dict(zip(keys, gkey if isinstance(gkey, tuple) else (gkey,)))
-        if "sample_id" in g.columns:
-            base["samples_id"] = samples_id(g["sample_id"])
-        for m in metrics:
-            col = f"correct_{m}"
-            if col not in g or g[col].isna().all():
-                continue
-            k, n = int(g[col].sum()), int(g[col].notna().sum())
-            lo, hi = wilson_interval(k, n)
-            rows.append({**base, "metric": m, "value": 100.0 * k / n, "n": n,
-                         "ci_low": 100.0 * lo, "ci_high": 100.0 * hi})
-    return pd.DataFrame(rows)
+                "settings", *META_COLUMNS]
 
 
 def summarize(records: pd.DataFrame, ce_baseline: Optional[str] = None) -> pd.DataFrame:
-    """Tidy rows for whatever benchmarks the records hold.
+    """Tidy rows for whatever benchmarks the records hold (pandas only: no model code is imported).
 
     ``ce_baseline`` names the model whose corruption errors normalize CE/mCE outside ImageNet
-    (its records must be in the same store); ImageNet uses AlexNet's published errors.
+    (its records must be in the same store); ImageNet uses AlexNet's published errors. It is only
+    ever this argument: nothing read from the environment changes the rows.
     """
-    from .benchmarks import get_benchmark
-
     records = add_identity(records)
     parts = []
     for b, g in records.groupby("benchmark", sort=False):
-        bench = get_benchmark(b)
-        takes = "ce_baseline" in inspect.signature(bench.summarize).parameters
-        part = bench.summarize(g, ce_baseline=ce_baseline) if takes else bench.summarize(g)
+        part = summarize_benchmark(str(b), g, ce_baseline=ce_baseline)
         parts.append(_identify_aggregates(part, g))
     parts = [p for p in parts if len(p)]
     if not parts:
@@ -89,10 +63,14 @@ def add_skipped_column(summary: pd.DataFrame, records: pd.DataFrame) -> pd.DataF
 
 def _identify_aggregates(rows: pd.DataFrame, records: pd.DataFrame) -> pd.DataFrame:
     """Rows a benchmark derived from many conditions (mCE, AUPR, per-layer statistics) get the
-    combined identity of the conditions of their run and the sample set those cover."""
-    if rows.empty or "run_id" not in rows.columns:
+    combined identity of the conditions of their run and the sample set those cover, and the
+    attack metadata of their ``attack`` (that of the records' condition of that name, else that
+    of a benchmark condition: its name as label, no norm, not white box, no paper eps)."""
+    if rows.empty:
         return rows
-    rows = rows.copy()
+    rows = _with_row_meta(rows, records)
+    if "run_id" not in rows.columns:
+        return rows
     for col in ("settings_id", "setting", "settings", "samples_id"):
         if col not in rows.columns:
             rows[col] = None
@@ -111,7 +89,48 @@ def _identify_aggregates(rows: pd.DataFrame, records: pd.DataFrame) -> pd.DataFr
     return rows
 
 
-def _run_dirs(path: Union[str, Path]) -> List[Path]:
+def _with_row_meta(rows: pd.DataFrame, records: pd.DataFrame) -> pd.DataFrame:
+    """Fills the metadata of rows that came without it (derived rows, e.g. ``err_fog``, ``aupr``)."""
+    rows = rows.copy()
+    for col in META_COLUMNS:
+        if col not in rows.columns:
+            rows[col] = None
+    todo = rows["attack_label"].isna()
+    if todo.any():
+        known: Dict[str, Dict[str, Any]] = {}
+        if set(META_COLUMNS) <= set(records.columns):
+            for r in records.drop_duplicates("attack")[["attack", *META_COLUMNS]].itertuples(index=False):
+                known[str(r[0])] = dict(zip(META_COLUMNS, r[1:]))
+        plain = {"norm": "", "white_box": False, "worst_case": False, "paper_eps": math.nan}
+        metas = [known.get(str(a)) or {"attack_label": str(a), **plain} for a in rows.loc[todo, "attack"]]
+        for col in META_COLUMNS:
+            rows[col] = rows[col].astype(object)
+            rows.loc[todo, col] = pd.Series([m[col] for m in metas], index=rows.index[todo], dtype=object)
+    rows["white_box"] = rows["white_box"].astype(bool)
+    rows["worst_case"] = rows["worst_case"].astype(bool)
+    rows["paper_eps"] = rows["paper_eps"].astype("float64")
+    rows["norm"] = rows["norm"].astype(str)
+    rows["attack_label"] = rows["attack_label"].astype(str)
+    return rows
+
+
+@dataclass
+class LoadedRuns:
+    """What :func:`load_runs` found: the records of the runs read, each run's run.json (plus its
+    ``path``), and one note per run folder it left out (and why)."""
+
+    records: pd.DataFrame
+    runs: List[Dict[str, Any]] = field(default_factory=list)
+    notes: List[str] = field(default_factory=list)
+
+
+def _finish_hint(d: Path) -> str:
+    return (f"re-run the same command to finish it (sharded runs: `robustbench-pid merge {d}` once every "
+            f"shard has finished)")
+
+
+def run_dirs(path: Union[str, Path]) -> List[Path]:
+    """The run folders (those holding a ``run.json``) at or under ``path``, sorted."""
     p = Path(path)
     if not p.exists():
         raise UserError(f"results path not found: {p}")
@@ -119,8 +138,46 @@ def _run_dirs(path: Union[str, Path]) -> List[Path]:
         return [p]
     runs = sorted(d.parent for d in p.rglob("run.json"))
     if not runs:
-        raise UserError(f"no run folders (with run.json) under {p}")
+        raise UserError(f"no run folders (with run.json) under {p}; run `evaluate` first")
     return runs
+
+
+def load_runs(path: Union[str, Path], include_incomplete: bool = False) -> LoadedRuns:
+    """The records of one run folder, or of every complete run under a folder: the one place
+    run folders are discovered and read.
+
+    Policy for runs that are not complete (``run.json`` status other than ``complete``: still
+    running, interrupted, or a shard waiting for ``merge``) and for run folders without records:
+
+    - ``path`` is itself such a run folder: a UserError naming it and the fix (finish or merge it);
+      you asked for exactly that run, and half of it would pass for all of it;
+    - ``path`` is a folder of runs: those runs are left out and each gets a line in ``notes`` (the
+      others are still worth reading); if none is left, a UserError listing them.
+
+    ``include_incomplete=True`` reads the records an incomplete run has written so far.
+    """
+    p = Path(path)
+    out = LoadedRuns(pd.DataFrame())
+    frames = []
+    for d in run_dirs(p):
+        info = load_run_info(d)
+        status = info.get("status")
+        if status != "complete" and not include_incomplete:
+            if p == d:
+                raise UserError(f"{d}: run is not complete (status {status!r}); {_finish_hint(d)}")
+            out.notes.append(f"skipped incomplete run {d} (status {status!r}): {_finish_hint(d)}")
+            continue
+        if not (d / "records.parquet").is_file():
+            if p == d:
+                raise UserError(f"{d}: no records.parquet in this run folder; {_finish_hint(d)}")
+            out.notes.append(f"skipped {d}: no records.parquet (status {status!r})")
+            continue
+        frames.append(with_run_identity(pd.read_parquet(d / "records.parquet"), info))
+        out.runs.append({**info, "path": str(d)})
+    if not frames:
+        raise UserError(f"no complete runs under {p}" + ("".join(f"\n  {n}" for n in out.notes)))
+    out.records = pd.concat(frames, ignore_index=True)
+    return out
 
 
 def load_run_info(run_dir: Union[str, Path]) -> dict:
@@ -136,21 +193,15 @@ def with_run_identity(records: pd.DataFrame, info: dict) -> pd.DataFrame:
 
 
 def load_records(path: Union[str, Path], include_incomplete: bool = False) -> pd.DataFrame:
-    """Per-sample records of one run folder or of every complete run under a folder."""
-    frames = []
-    for d in _run_dirs(path):
-        info = load_run_info(d)
-        if info.get("status") != "complete" and not include_incomplete:
-            if Path(path) == d:
-                raise UserError(f"{d}: run is not complete (status {info.get('status')!r}); re-run the same "
-                                f"command to finish it (sharded runs: `robustbench-pid merge {d}` once every "
-                                f"shard has finished)")
-            continue
-        if (d / "records.parquet").is_file():
-            frames.append(with_run_identity(pd.read_parquet(d / "records.parquet"), info))
-    if not frames:
-        raise UserError(f"no complete runs under {path}")
-    return pd.concat(frames, ignore_index=True)
+    """Per-sample records of one run folder or of every complete run under a folder (the policy
+    for incomplete runs is :func:`load_runs`'). Runs left out are reported as a warning and in
+    ``records.attrs["notes"]``."""
+    loaded = load_runs(path, include_incomplete=include_incomplete)
+    for note in loaded.notes:
+        warnings.warn(note, stacklevel=2)
+    records = loaded.records
+    records.attrs["notes"] = list(loaded.notes)
+    return records
 
 
 def load_results(path: Union[str, Path], ce_baseline: Optional[str] = None) -> pd.DataFrame:

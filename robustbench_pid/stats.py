@@ -18,7 +18,6 @@ from typing import Callable, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-from .errors import UserError
 from .metrics import Z95, wilson_interval
 
 __all__ = ["wilson_interval", "Z95", "McNemarResult", "mcnemar_exact", "mcnemar_from_counts",
@@ -191,8 +190,3 @@ def average_precision(score: np.ndarray, positive: np.ndarray) -> float:
     recall = tp / n_pos
     return 100.0 * float(np.sum(np.diff(np.r_[0.0, recall]) * precision))
 
-
-def check_alpha(alpha: float) -> float:
-    if not 0 < alpha < 1:
-        raise UserError(f"significance level must be in (0, 1), got {alpha}")
-    return alpha

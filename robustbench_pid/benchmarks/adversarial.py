@@ -37,8 +37,9 @@ images in pixel units), the perturbed inputs are valid images, the attack is tol
 not robust, and iterative attacks keep their first success. The ``paper`` numbers are only for
 comparing with the published tables.
 
-``summarize`` adds a derived ``worst-case`` row per (norm, eps): a sample is robust only if it
-survived every worst-case attack run at that eps (as AutoAttack reports its ensemble).
+``summarize`` (``robustbench_pid.summaries.adversarial``) adds a derived ``worst-case`` row per
+(norm, eps): a sample is robust only if it survived every worst-case attack run at that eps (as
+AutoAttack reports its ensemble).
 """
 from __future__ import annotations
 
@@ -52,7 +53,7 @@ import torch
 from ..attacks import make_attack
 from ..device import attack_precision
 from ..health import check_finite
-from ..results import accuracy_rows
+from ..summaries.adversarial import adversarial_rows
 from . import Benchmark, Unit, benchmarks
 
 
@@ -202,69 +203,5 @@ class Adversarial(Benchmark):
         return pd.concat(rows, ignore_index=True)
 
     def summarize(self, records: pd.DataFrame) -> pd.DataFrame:
-        rows = accuracy_rows(records, ("attack", "eps"))
-        worst = worst_case_rows(records)
-        return pd.concat([rows, worst], ignore_index=True) if len(worst) else rows
+        return adversarial_rows(records)
 
-
-WORST_CASE = "worst-case"
-
-
-def attack_norm(name: str) -> Optional[str]:
-    """The norm of a worst-case attack (the unit of its eps), or None (clean, noise, unknown)."""
-    from ..attacks import get_attack
-
-    try:
-        cls = get_attack(name)
-    except Exception:  # noqa: BLE001  (records of an attack no longer installed: leave it out)
-        return None
-    return cls.norm if cls.worst_case else None
-
-
-def worst_case_records(records: pd.DataFrame) -> pd.DataFrame:
-    """Per sample and (norm, eps): correct only if correct under every worst-case attack run there.
-
-    Runs at the same eps but with different norms are never combined (an L1 eps is not an L-inf
-    one). Only groups with at least two distinct attack runs are returned; only samples present in
-    every run of the group are counted. ``over`` names the runs combined.
-    """
-    from ..conditions import add_identity, combined
-    from ..results import ID_COLUMNS
-
-    if records.empty or "attack" not in records:
-        return pd.DataFrame()
-    adv = records[~records["attack"].isin(["clean", WORST_CASE])].copy()
-    if adv.empty:
-        return pd.DataFrame()
-    norms = {a: attack_norm(a) for a in adv["attack"].unique()}
-    adv["_norm"] = adv["attack"].map(norms)
-    adv = add_identity(adv[adv["_norm"].notna()])
-    ids = [c for c in ID_COLUMNS if c in adv.columns]
-    out = []
-    for key, g in adv.groupby(ids + ["_norm", "eps", "precision"], sort=False, dropna=False):
-        runs = g[["attack", "settings_id", "setting"]].drop_duplicates("settings_id")
-        if len(runs) < 2:
-            continue
-        g = g.assign(_run=g["settings_id"])
-        per = g.groupby("sample_id", sort=False).agg(
-            n_runs=("_run", "nunique"), correct_top1=("correct_top1", "all"), correct_top5=("correct_top5", "all"))
-        per = per[per["n_runs"] == len(runs)].drop(columns="n_runs").reset_index()
-        base = dict(zip(ids + ["_norm", "eps", "precision"], key))
-        for k in ids + ["eps", "precision"]:
-            per[k] = base[k]
-        per["attack"] = WORST_CASE
-        per["over"] = "+".join(sorted(runs["attack"].unique()))
-        # a worst case is its own condition: the identity of exactly the attacks it combines
-        per["settings_id"] = combined(runs["settings_id"])
-        per["setting"] = "worst case over " + " + ".join(sorted(runs["setting"]))
-        per["settings"] = "+".join(sorted(runs["settings_id"]))
-        out.append(per)
-    return pd.concat(out, ignore_index=True) if out else pd.DataFrame()
-
-
-def worst_case_rows(records: pd.DataFrame) -> pd.DataFrame:
-    """Tidy accuracy rows (attack = ``worst-case``) of :func:`worst_case_records`."""
-    wc = worst_case_records(records)
-    if wc.empty:
-        return pd.DataFrame()
-    return accuracy_rows(wc, ("attack", "eps", "over"))

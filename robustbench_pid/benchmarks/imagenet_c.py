@@ -22,7 +22,8 @@ from typing import Any, List
 import pandas as pd
 
 from . import Benchmark, Unit, benchmarks
-from .corruptions import corruption_rows, predict_records, split_condition
+from ..summaries.corruptions import imagenet_c_summary
+from .corruptions import predict_records, split_condition
 
 
 def condition_units(ctx: Any, benchmark: str) -> List[Unit]:
@@ -70,20 +71,5 @@ class ImageNetC(Benchmark):
         return pd.concat(rows, ignore_index=True)
 
     def summarize(self, records: pd.DataFrame) -> pd.DataFrame:
-        return pd.concat([corruption_rows(records), skipped_rows(records)], ignore_index=True)
+        return imagenet_c_summary(records)
 
-
-def skipped_rows(records: pd.DataFrame) -> pd.DataFrame:
-    """One ``skipped_unreadable`` row per run: how many images --skip-unreadable dropped."""
-    from ..results import ID_COLUMNS
-
-    if "skipped_unreadable" not in records:
-        return pd.DataFrame()
-    keys = [c for c in ID_COLUMNS if c in records.columns]
-    rows = []
-    for gkey, g in records.groupby(keys, sort=False, dropna=False):
-        base = dict(zip(keys, gkey if isinstance(gkey, tuple) else (gkey,)))
-        rows.append({**base, "attack": "all", "eps": 0.0, "metric": "skipped_unreadable",
-                     "value": float(g["skipped_unreadable"].max()), "n": int(g["sample_id"].nunique()),
-                     "ci_low": float("nan"), "ci_high": float("nan")})
-    return pd.DataFrame(rows)

@@ -14,17 +14,15 @@ Tidy rows: ``aupr``, ``auroc``, ``fpr95``, ``chance_aupr`` and in-distribution `
 """
 from __future__ import annotations
 
-import warnings
 from typing import Any, List
 
 import pandas as pd
 import torch
 
 from ..health import check_finite
-from ..metrics import ood_detection_metrics
-from ..results import ID_COLUMNS, accuracy_rows
+from ..summaries.ood import ood_rows
 from . import Benchmark, Unit, benchmarks
-from .imagenet_c import condition_units, skipped_rows
+from .imagenet_c import condition_units
 from .restricted import dataset_mask, masked_topk
 
 
@@ -60,20 +58,4 @@ class OOD(Benchmark):
         return pd.concat(rows, ignore_index=True)
 
     def summarize(self, records: pd.DataFrame) -> pd.DataFrame:
-        parts = [accuracy_rows(records[~records["ood"].astype(bool)], ("attack", "eps")), skipped_rows(records)]
-        keys = [c for c in ID_COLUMNS if c in records.columns]
-        rows = []
-        for gkey, g in records.groupby(keys, sort=False, dropna=False):
-            base = dict(zip(keys, gkey if isinstance(gkey, tuple) else (gkey,)))
-            is_ood = g["ood"].astype(bool)
-            if is_ood.all() or not is_ood.any():
-                warnings.warn("ImageNet-O records hold only one class (in or OOD): no AUPR/AUROC; evaluate "
-                              "both parts (use --subset, not --limit)")
-                continue
-            m = ood_detection_metrics(g.loc[~is_ood, "score"], g.loc[is_ood, "score"])
-            for k in ("aupr", "auroc", "fpr95", "chance_aupr"):
-                rows.append({**base, "attack": "ood", "eps": 0.0, "metric": k, "value": m[k], "n": len(g),
-                             "ci_low": float("nan"), "ci_high": float("nan")})
-        parts.append(pd.DataFrame(rows))
-        parts = [p for p in parts if len(p)]
-        return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
+        return ood_rows(records)

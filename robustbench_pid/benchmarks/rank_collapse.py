@@ -17,14 +17,13 @@ not a percentage), ``n`` images, ``ci_low``/``ci_high`` = 95% normal interval of
 from __future__ import annotations
 
 import json
-import math
 from typing import Any, Dict, List
 
 import pandas as pd
 import torch
 
 from ..health import check_finite
-from ..results import ID_COLUMNS
+from ..summaries.rank_collapse import token_cosine_rows
 from . import Benchmark, Unit, benchmarks
 
 NAME = "rank-collapse"
@@ -99,19 +98,3 @@ class RankCollapse(Benchmark):
     def summarize(self, records: pd.DataFrame) -> pd.DataFrame:
         return token_cosine_rows(records)
 
-
-def token_cosine_rows(records: pd.DataFrame) -> pd.DataFrame:
-    """Mean token cosine per (run, model, ..., layer) with a 95% normal interval of the mean."""
-    recs = records[records["metric"] == "token_cosine"] if "metric" in records.columns else records
-    keys = [c for c in ID_COLUMNS if c in recs.columns] + ["layer"]
-    rows: List[dict] = []
-    for gkey, g in recs.groupby(keys, sort=True, dropna=False):
-        base = dict(zip(keys, gkey if isinstance(gkey, tuple) else (gkey,)))
-        v = g["value"].astype("float64")
-        n = int(v.notna().sum())
-        mean = float(v.mean())
-        half = 1.959963984540054 * float(v.std(ddof=1)) / math.sqrt(n) if n > 1 else float("nan")
-        layer = int(base.pop("layer"))
-        rows.append({**base, "attack": "clean", "eps": 0.0, "metric": "token_cosine", "value": mean, "n": n,
-                     "ci_low": mean - half, "ci_high": mean + half, "layer": layer, "condition": f"layer={layer:02d}"})
-    return pd.DataFrame(rows)

@@ -17,7 +17,7 @@ import pandas as pd
 import torch
 
 from ..health import check_finite
-from ..results import accuracy_rows
+from ..summaries.restricted import restricted_rows
 from . import Benchmark, Unit, benchmarks
 
 
@@ -66,6 +66,4 @@ class Restricted(Benchmark):
         return pd.concat(rows, ignore_index=True)
 
     def summarize(self, records: pd.DataFrame) -> pd.DataFrame:
-        from .imagenet_c import skipped_rows
-
-        return pd.concat([accuracy_rows(records, ("attack", "eps")), skipped_rows(records)], ignore_index=True)
+        return restricted_rows(records)
