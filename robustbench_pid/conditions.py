@@ -35,7 +35,6 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
 import pandas as pd
 
 SETTINGS_COLUMNS = ("benchmark", "attack", "params", "protocol", "precision")
-IDENTITY_COLUMNS = ("settings_id", "setting", "settings")
 META_COLUMNS = ("attack_label", "norm", "white_box", "worst_case", "paper_eps")
 DEFAULT_PRECISION = "fp32"
 

@@ -129,7 +129,7 @@ def _finish_hint(d: Path) -> str:
             f"shard has finished)")
 
 
-def run_dirs(path: Union[str, Path]) -> List[Path]:
+def _run_dirs(path: Union[str, Path]) -> List[Path]:
     """The run folders (those holding a ``run.json``) at or under ``path``, sorted."""
     p = Path(path)
     if not p.exists():
@@ -159,7 +159,7 @@ def load_runs(path: Union[str, Path], include_incomplete: bool = False) -> Loade
     p = Path(path)
     out = LoadedRuns(pd.DataFrame())
     frames = []
-    for d in run_dirs(p):
+    for d in _run_dirs(p):
         info = load_run_info(d)
         status = info.get("status")
         if status != "complete" and not include_incomplete:

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import robustbench_pid as rbp
-from robustbench_pid.benchmarks.corruptions import BASELINE_ENV, corruption_rows
+from robustbench_pid.summaries.corruptions import corruption_rows
 from robustbench_pid.imagenet_info import CORRUPTIONS_15
 
 BIN = Path(sys.executable).parent
@@ -30,7 +30,6 @@ def store(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("store")
     exe = shutil.which("evaluate", path=str(BIN)) or "evaluate"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    env.pop(BASELINE_ENV, None)
     p = subprocess.run([exe, "--model", "deit", "--benchmark", "corruptions", "--limit", str(LIMIT), "--quiet",
                         "--out", str(root / "deit")], capture_output=True, text=True, env=env, timeout=600)
     assert p.returncode == 0, p.stderr
@@ -51,8 +50,7 @@ def _errors(rec: pd.DataFrame):
     return errs, 1 - rec[rec.condition == "clean"].correct_top1.mean()
 
 
-def test_records_and_unnormalized_rows(store: Path, monkeypatch):
-    monkeypatch.delenv(BASELINE_ENV, raising=False)
+def test_records_and_unnormalized_rows(store: Path):
     rec = rbp.load_records(store / "deit")
     assert len(rec) == LIMIT * (1 + 15 * 5)
     assert set(rec.condition) == {"clean"} | {f"{c}/{s}" for c in CORRUPTIONS_15 for s in range(1, 6)}
@@ -68,8 +66,11 @@ def test_records_and_unnormalized_rows(store: Path, monkeypatch):
 
 
 def test_ce_and_mce_normalized_by_a_baseline_model_in_the_same_store(store: Path, monkeypatch):
-    monkeypatch.setenv(BASELINE_ENV, "deit")
-    df = rbp.load_results(store)
+    # the environment never changes the rows: the baseline is only the explicit argument
+    monkeypatch.setenv("ROBUSTBENCH_PID_CE_BASELINE", "deit")
+    plain = rbp.load_results(store)
+    assert not any(m.startswith("ce_") or m == "mce" for m in plain.metric)
+    df = rbp.load_results(store, ce_baseline="deit")
     pid = df[df.model == "pid_deit"].set_index("metric")
     rec = rbp.load_records(store)
     e_pid, c_pid = _errors(rec[rec.model == "pid_deit"])

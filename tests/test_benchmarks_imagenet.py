@@ -136,7 +136,7 @@ def _fake_corruption_records(model: str, dataset: str, errs, clean_err: float, n
 
 
 def test_corruption_rows_alexnet_for_imagenet_family():
-    from robustbench_pid.benchmarks.corruptions import corruption_rows
+    from robustbench_pid.summaries.corruptions import corruption_rows
 
     errs = {c: [0.1, 0.2, 0.3, 0.4, 0.5] for c in CORRUPTIONS_15}
     df = corruption_rows(_fake_corruption_records("m", "imagenet-c", errs, 0.1)).set_index("metric")
