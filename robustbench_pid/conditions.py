@@ -30,12 +30,14 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 import pandas as pd
 
 SETTINGS_COLUMNS = ("benchmark", "attack", "params", "protocol", "precision")
 META_COLUMNS = ("attack_label", "norm", "white_box", "worst_case", "paper_eps")
+# the derived condition "correct only if correct under every worst-case attack run at this (norm, eps)"
+WORST_CASE = "worst-case"
 DEFAULT_PRECISION = "fp32"
 
 
@@ -107,36 +109,62 @@ def identity(benchmark: str, attack: str, params: Any, protocol: str, precision:
     return short_hash(s), setting_label(attack, params, precision), s
 
 
+def condition_meta(name: str) -> Dict[str, Any]:
+    """The metadata of a condition that is not an attack ("fog/3", "ood", a derived "mce" row):
+    its own name as label, no norm, not white box, not a worst case, no paper eps."""
+    return {"attack_label": str(name), "norm": "", "white_box": False, "worst_case": False, "paper_eps": math.nan}
+
+
 def attack_meta(attack: str) -> Dict[str, Any]:
     """The metadata columns (``META_COLUMNS``) of one attack name, read from its class.
 
     Imports the attack registry (and torch): only for results written without the columns."""
     if attack == "clean":
-        return {"attack_label": "Clean", "norm": "", "white_box": False, "worst_case": False, "paper_eps": math.nan}
+        return {**condition_meta(attack), "attack_label": "Clean"}
     cls = _attack_class(attack)
-    if cls is None:  # a benchmark condition ("fog/3", "ood") or an attack not installed here
-        return {"attack_label": str(attack), "norm": "", "white_box": False, "worst_case": False,
-                "paper_eps": math.nan}
+    if cls is None:  # a benchmark condition or an attack not installed here
+        return condition_meta(attack)
     paper = getattr(cls, "paper_eps", None)
     return {"attack_label": cls.label or cls.name.upper(), "norm": str(cls.norm),
             "white_box": bool(cls.uses_gradients), "worst_case": bool(cls.worst_case),
             "paper_eps": math.nan if paper is None else float(paper)}
 
 
-def with_attack_meta(df: pd.DataFrame) -> pd.DataFrame:
-    """``df`` (records or tidy rows) with every ``META_COLUMNS`` column, derived per distinct
-    ``attack`` where absent; returned unchanged (no registry read) when all are present."""
-    missing = [c for c in META_COLUMNS if c not in df.columns]
-    if not missing or "attack" not in df.columns:
+def worst_case_meta(combined_metas: Sequence[Mapping[str, Any]]) -> Dict[str, Any]:
+    """The metadata of a worst case over attacks with ``combined_metas`` (all of one norm): white
+    box if any of them is; its paper eps is the one most of them share (the smaller on a tie)."""
+    papers = pd.Series([m["paper_eps"] for m in combined_metas], dtype="float64").dropna().value_counts()
+    paper = float(min(v for v, c in papers.items() if c == papers.max())) if len(papers) else math.nan
+    return {"attack_label": "Worst case", "norm": str(combined_metas[0]["norm"]) if combined_metas else "",
+            "white_box": any(bool(m["white_box"]) for m in combined_metas), "worst_case": True, "paper_eps": paper}
+
+
+def with_attack_meta(df: pd.DataFrame, derive: Callable[[str], Dict[str, Any]] = attack_meta) -> pd.DataFrame:
+    """``df`` (records or tidy rows) with every ``META_COLUMNS`` column; rows without them (the
+    columns absent, or empty on rows concatenated from older results) get ``derive(attack)``, once
+    per distinct attack. Returned unchanged when nothing is missing: then nothing is imported."""
+    if "attack" not in df.columns or df.empty:
+        return df
+    if all(c in df.columns for c in META_COLUMNS) and not df["attack_label"].isna().any():
         return df
     out = df.copy()
-    metas = {a: attack_meta(str(a)) for a in out["attack"].unique()}
-    for col in missing:
-        out[col] = out["attack"].map({a: m[col] for a, m in metas.items()})
-    out["white_box"] = out["white_box"].astype(bool)
-    out["worst_case"] = out["worst_case"].astype(bool)
-    out["paper_eps"] = out["paper_eps"].astype("float64")
-    return out
+    for col in META_COLUMNS:
+        if col not in out.columns:
+            out[col] = None
+        out[col] = out[col].astype(object)
+    todo = out["attack_label"].isna()
+    # a worst-case row is described by the attacks it combined (its ``over``: "fgsm+pgd")
+    over = out["over"].fillna("").astype(str) if "over" in out.columns else pd.Series("", index=out.index)
+    key = out["attack"].astype(str).where(out["attack"] != WORST_CASE, WORST_CASE + ":" + over)
+    metas = {}
+    for k in key[todo].unique():
+        metas[k] = (worst_case_meta([derive(a) for a in k.split(":", 1)[1].split("+") if a])
+                    if k.startswith(WORST_CASE + ":") else derive(k))
+    for col in META_COLUMNS:
+        out.loc[todo, col] = key[todo].map({k: m[col] for k, m in metas.items()})
+    out["norm"] = out["norm"].fillna("")  # a tidy CSV reads an empty norm back as NaN
+    return out.astype({"attack_label": str, "norm": str, "white_box": bool, "worst_case": bool,
+                       "paper_eps": "float64"})
 
 
 def add_identity(records: pd.DataFrame, precision: Optional[str] = None) -> pd.DataFrame:

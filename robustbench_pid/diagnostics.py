@@ -32,7 +32,7 @@ from typing import Callable, List, Optional
 
 import pandas as pd
 
-from .conditions import with_attack_meta
+from .conditions import WORST_CASE, with_attack_meta
 
 RUN_KEYS = ["model", "checkpoint_sha256", "dataset", "protocol"]
 
@@ -67,7 +67,7 @@ def _tidy(data: pd.DataFrame) -> pd.DataFrame:
     df = data[data["metric"] == "top1"]
     if "benchmark" in df:
         df = df[df["benchmark"] == "adversarial"]
-    df = with_attack_meta(df[~df["attack"].isin(["clean", "worst-case"])]).copy()
+    df = with_attack_meta(df[~df["attack"].isin(["clean", WORST_CASE])]).copy()
     for k in RUN_KEYS:
         if k not in df:
             df[k] = ""

@@ -7,7 +7,6 @@ A run folder holds ``records.parquet`` (one row per evaluated sample and conditi
 from __future__ import annotations
 
 import json
-import math
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,7 +14,7 @@ from typing import Any, Dict, List, Optional, Union
 
 import pandas as pd
 
-from .conditions import META_COLUMNS, add_identity, combined, samples_id
+from .conditions import META_COLUMNS, add_identity, combined, condition_meta, samples_id, with_attack_meta
 from .errors import UserError
 from .summaries import summarize_benchmark
 
@@ -90,28 +89,13 @@ def _identify_aggregates(rows: pd.DataFrame, records: pd.DataFrame) -> pd.DataFr
 
 
 def _with_row_meta(rows: pd.DataFrame, records: pd.DataFrame) -> pd.DataFrame:
-    """Fills the metadata of rows that came without it (derived rows, e.g. ``err_fog``, ``aupr``)."""
-    rows = rows.copy()
-    for col in META_COLUMNS:
-        if col not in rows.columns:
-            rows[col] = None
-    todo = rows["attack_label"].isna()
-    if todo.any():
-        known: Dict[str, Dict[str, Any]] = {}
-        if set(META_COLUMNS) <= set(records.columns):
-            for r in records.drop_duplicates("attack")[["attack", *META_COLUMNS]].itertuples(index=False):
-                known[str(r[0])] = dict(zip(META_COLUMNS, r[1:]))
-        plain = {"norm": "", "white_box": False, "worst_case": False, "paper_eps": math.nan}
-        metas = [known.get(str(a)) or {"attack_label": str(a), **plain} for a in rows.loc[todo, "attack"]]
-        for col in META_COLUMNS:
-            rows[col] = rows[col].astype(object)
-            rows.loc[todo, col] = pd.Series([m[col] for m in metas], index=rows.index[todo], dtype=object)
-    rows["white_box"] = rows["white_box"].astype(bool)
-    rows["worst_case"] = rows["worst_case"].astype(bool)
-    rows["paper_eps"] = rows["paper_eps"].astype("float64")
-    rows["norm"] = rows["norm"].astype(str)
-    rows["attack_label"] = rows["attack_label"].astype(str)
-    return rows
+    """Fills the metadata of rows that came without it (derived rows, e.g. ``err_fog``, ``aupr``)
+    from the records' condition of the same name, never from the attack registry."""
+    known: Dict[str, Dict[str, Any]] = {}
+    if set(META_COLUMNS) <= set(records.columns):
+        for r in records.drop_duplicates("attack")[["attack", *META_COLUMNS]].itertuples(index=False):
+            known[str(r[0])] = dict(zip(META_COLUMNS, r[1:]))
+    return with_attack_meta(rows.copy(), derive=lambda a: known.get(a) or condition_meta(a))
 
 
 @dataclass

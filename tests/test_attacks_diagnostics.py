@@ -78,3 +78,20 @@ def test_diagnose_clean_run_is_quiet():
                    records("pgd", 0.5, [0] * 10, [False] * 10)], ignore_index=True)
     assert diagnose(r) == []
     assert "no gradient-masking signs" in format_findings([])
+
+
+def test_checks_read_the_metadata_columns_not_the_attack_names():
+    # attacks unknown to this installation: what they are comes only from the rows' columns
+    meta = {"wb": dict(norm="linf", white_box=True, worst_case=True),
+            "bb": dict(norm="linf", white_box=False, worst_case=True),
+            "bb_l2": dict(norm="l2", white_box=False, worst_case=True),
+            "rand": dict(norm="linf", white_box=False, worst_case=False)}
+    t = tidy([("wb", 0.1, 40), ("bb", 0.1, 10), ("bb_l2", 0.1, 5), ("rand", 0.1, 1),
+              ("wb", 0.3, 50), ("wb", 0.2, 30)])
+    for col in ("norm", "white_box", "worst_case"):
+        t[col] = [meta[a][col] for a in t["attack"]]
+    t["attack_label"], t["paper_eps"] = t["attack"].str.upper(), float("nan")
+    found = check_black_box(t)
+    assert [(f.attack, f.eps, f.value) for f in found] == [("bb", 0.1, 30.0)]  # not the L2 one, not noise
+    assert [(f.attack, f.eps) for f in check_large_eps(t)] == [("wb", 0.3)]
+    assert [(f.attack, f.eps) for f in check_eps_monotone(t)] == [("wb", 0.3)]

@@ -218,3 +218,18 @@ def test_incomplete_run_policy(adv_run: Path, tmp_path: Path):
         load_records(root)
     with pytest.raises(UserError, match="results path not found"):
         load_records(tmp_path / "absent")
+
+
+def test_rows_concatenated_from_older_results_get_their_metadata(adv_run: Path):
+    from robustbench_pid.conditions import with_attack_meta
+
+    new = summarize(load_records(adv_run))
+    old = new.drop(columns=list(META_COLUMNS))
+    both = with_attack_meta(pd.concat([old, new], ignore_index=True))
+    pgd = both[both["attack"] == "pgd"]
+    assert len(pgd) == 2 * len(new[new["attack"] == "pgd"])
+    assert set(pgd["attack_label"]) == {"PGD"} and set(pgd["norm"]) == {"linf"} and pgd["white_box"].all()
+    wc = both[(both["attack"] == "worst-case") & (both["metric"] == "top1")]
+    assert len(wc) == 2 and set(wc["attack_label"]) == {"Worst case"} and set(wc["norm"]) == {"linf"}
+    assert wc["white_box"].all() and wc["worst_case"].all()
+    assert with_attack_meta(new) is new  # complete: untouched, nothing derived

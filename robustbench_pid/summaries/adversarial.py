@@ -3,16 +3,13 @@ row per (norm, eps): a sample is robust only if it survived every worst-case att
 eps (as AutoAttack reports its ensemble)."""
 from __future__ import annotations
 
-import math
 from typing import Optional
 
 import pandas as pd
 
-from ..conditions import add_identity, combined
+from ..conditions import META_COLUMNS, WORST_CASE, add_identity, combined, worst_case_meta
 from . import summarizers
 from .accuracy import ID_COLUMNS, accuracy_rows
-
-WORST_CASE = "worst-case"
 
 
 def worst_case_records(records: pd.DataFrame) -> pd.DataFrame:
@@ -50,21 +47,10 @@ def worst_case_records(records: pd.DataFrame) -> pd.DataFrame:
         per["settings_id"] = combined(runs["settings_id"])
         per["setting"] = "worst case over " + " + ".join(sorted(runs["setting"]))
         per["settings"] = "+".join(sorted(runs["settings_id"]))
-        per["attack_label"] = "Worst case"
-        per["white_box"] = bool(runs["white_box"].astype(bool).any())
-        per["worst_case"] = True
-        per["paper_eps"] = _common_paper_eps(runs["paper_eps"])
+        for col, v in worst_case_meta(runs[list(META_COLUMNS)].to_dict("records")).items():
+            per[col] = v
         out.append(per)
     return pd.concat(out, ignore_index=True) if out else pd.DataFrame()
-
-
-def _common_paper_eps(values: pd.Series) -> float:
-    """The paper eps shared by most of the combined attacks (the smaller on a tie), NaN if none has one."""
-    counts = values.dropna().astype(float).value_counts()
-    if counts.empty:
-        return math.nan
-    best = counts.max()
-    return float(min(v for v, c in counts.items() if c == best))
 
 
 def worst_case_rows(records: pd.DataFrame) -> pd.DataFrame:
