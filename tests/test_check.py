@@ -4,7 +4,8 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from robustbench_pid.check import check, read_baseline, update
+from robustbench_pid.baseline import read_baseline
+from robustbench_pid.check import check, update
 from robustbench_pid.cli import main
 from robustbench_pid.metrics import wilson_interval
 

@@ -7,7 +7,9 @@ import pytest
 
 from robustbench_pid.errors import UserError
 from robustbench_pid.results import summarize
-from robustbench_pid.tables import (choose_eps, compare_models, paper_tables, render, table, tables)
+from robustbench_pid.comparisons import compare_models
+from robustbench_pid.render import render
+from robustbench_pid.tables import choose_eps, paper_tables, table, tables
 
 N = 20
 
@@ -133,7 +135,7 @@ def test_without_records_no_p_values_and_a_note(synth):
     ({"a": [2 / 255, 4 / 255], "b": [2 / 255]}, {}, 2 / 255),  # only eps every model has
 ])
 def test_choose_eps(present, chosen, expect):
-    e, _ = choose_eps("pgd", present, chosen)
+    e, _ = choose_eps("pgd", present, chosen, paper_eps=3 / 255, norm="linf")
     assert e == pytest.approx(expect)
 
 
@@ -235,7 +237,7 @@ def test_table_cli_writes_each_format(synth, tmp_path, capsys):
 def test_imagenet_c_mce_bootstrap_uses_alexnet_normalization():
     from robustbench_pid.imagenet_info import CORRUPTIONS_15
     from robustbench_pid.metrics import mean_corruption_error
-    from robustbench_pid.tables import corruption_error_matrix, mce_statistic
+    from robustbench_pid.comparisons import corruption_error_matrix, mce_statistic
 
     rng = np.random.default_rng(2)
     n = 12
