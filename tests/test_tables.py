@@ -1,6 +1,8 @@
 """Tables: the paper layout on a synthetic results set (exact text), eps choice, paired tests, layouts."""
 from __future__ import annotations
 
+import io
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -266,3 +268,26 @@ def test_imagenet_c_mce_bootstrap_uses_alexnet_normalization():
     assert (row["Attack"], row["Metric"]) == ("ImageNet-C", "mCE (↓)")
     assert row["Δ b−a"] == f"{mean_corruption_error(err['b']) - mean_corruption_error(err['a']):+.2f}"
     assert row["p b vs a"].endswith("*")  # 50% vs 80% per-condition accuracy: a clear difference
+
+
+def test_ce_baseline_is_an_explicit_option(tmp_path, capsys, monkeypatch):
+    """--ce-baseline MODEL normalizes CE/mCE outside ImageNet by that model's errors (here 0.1 vs 0.2: 50%)."""
+    from test_benchmarks_imagenet import _fake_corruption_records
+
+    from robustbench_pid.cli import main
+    from robustbench_pid.imagenet_info import CORRUPTIONS_15
+
+    monkeypatch.delenv("ROBUSTBENCH_PID_CE_BASELINE", raising=False)
+    recs = pd.concat([_fake_corruption_records("base", "digits", {c: [0.2] * 5 for c in CORRUPTIONS_15}, 0.1),
+                      _fake_corruption_records("mine", "digits", {c: [0.1] * 5 for c in CORRUPTIONS_15}, 0.05)],
+                     ignore_index=True)
+    path = tmp_path / "records.parquet"
+    recs.to_parquet(path)
+    assert main(["table", str(path), "--layout", "long", "--format", "csv", "--ce-baseline", "base"]) == 0
+    rows = pd.read_csv(io.StringIO(capsys.readouterr().out))
+    mine = rows[rows["model"] == "mine"].set_index("metric")["value"]
+    assert mine["mce"] == pytest.approx(50.0) and mine["ce_fog"] == pytest.approx(50.0)
+    assert main(["table", str(path), "--layout", "long", "--format", "csv"]) == 0
+    rows = pd.read_csv(io.StringIO(capsys.readouterr().out))
+    assert "mce" not in set(rows["metric"]) and "mean_err" in set(rows["metric"])
+    assert paper_tables(recs, ce_baseline="base")[0].frame.iloc[-1]["Metric"] == "mCE (↓)"

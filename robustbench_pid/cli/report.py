@@ -25,6 +25,7 @@ def run(args: argparse.Namespace) -> int:
     from ..inputs import load_inputs
     from ..report import write_report
 
-    out = write_report(load_inputs(args.results, ce_baseline=args.ce_baseline), args.output, title=args.title, n_boot=args.n_boot)
+    out = write_report(load_inputs(args.results, ce_baseline=args.ce_baseline), args.output, title=args.title,
+                       n_boot=args.n_boot)
     print(f"wrote {out} ({out.stat().st_size // 1024} KiB, self-contained)")
     return 0
