@@ -102,6 +102,8 @@ def load_inputs(paths: Union[str, Path, Sequence[Union[str, Path]]], ce_baseline
     records = pd.concat(recs, ignore_index=True) if recs else None
     if records is not None:
         tidy.insert(0, summarize(records, ce_baseline=ce_baseline))
+    if not tidy:
+        raise UserError("no results given: pass run folders, records .parquet or tidy .csv files")
     return prepare(pd.concat(tidy, ignore_index=True), records, runs, notes)
 
 
