@@ -2,7 +2,7 @@
 
 Two layers: the modules of the results view import neither (any import, even inside a function,
 read from the source), the CLI verb modules import only the standard library at the top; and
-``robustbench-pid table RUN`` / ``check RUN`` in a fresh interpreter leave ``torch`` out of
+``robustbench-pid table/check/plot/report RUN`` in a fresh interpreter leave ``torch`` out of
 ``sys.modules`` (this one also needs the package's own ``__init__`` and the summarizing modules to
 be torch-free).
 """
@@ -62,9 +62,10 @@ class Watch:  # records who imports torch first; imports nothing itself
 sys.meta_path.insert(0, Watch())
 from robustbench_pid.cli import main
 
-run, base = sys.argv[1], sys.argv[2]
-codes = [main(["table", run]), main(["check", run, "--baseline", base, "--update"]),
-         main(["check", run, "--baseline", base])]
+run, out = sys.argv[1], sys.argv[2]
+codes = [main(["table", run]), main(["check", run, "--baseline", out + "/base.csv", "--update"]),
+         main(["check", run, "--baseline", out + "/base.csv"]), main(["plot", run, "--out", out + "/plots"]),
+         main(["report", run, "-o", out + "/report.html", "--n-boot", "10"])]
 print(json.dumps({"codes": codes, "torch": "torch" in sys.modules, "timm": "timm" in sys.modules,
                   "stack": first.get("stack", "")}))
 """
@@ -77,12 +78,13 @@ def run_dir(tmp_path_factory):
     return d
 
 
-def test_table_and_check_run_without_torch(run_dir, tmp_path):
-    p = subprocess.run([sys.executable, "-c", PROBE, str(run_dir), str(tmp_path / "base.csv")],
+def test_table_check_plot_report_run_without_torch(run_dir, tmp_path):
+    p = subprocess.run([sys.executable, "-c", PROBE, str(run_dir), str(tmp_path)],
                        capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert p.returncode == 0, p.stderr
     got = json.loads(p.stdout.strip().splitlines()[-1])
     out = p.stdout
-    assert got["codes"] == [0, 0, 0]
+    assert got["codes"] == [0, 0, 0, 0, 0]
     assert "| FGSM (2/255) | Top-1 Acc (%) |" in out and "PASSED" in out  # the verbs did their work
+    assert (tmp_path / "plots" / "eps_curves_top1.svg").is_file() and (tmp_path / "report.html").is_file()
     assert not got["torch"] and not got["timm"], f"torch imported by:\n{got['stack']}"
