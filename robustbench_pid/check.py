@@ -27,7 +27,6 @@ the tolerance alone. Baselines written before settings were recorded still work,
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
@@ -35,22 +34,18 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 import numpy as np
 import pandas as pd
 
-from .conditions import canonical, settings_diff, short_hash
+from .baseline import (BASELINE_COLUMNS, CHECK_KEY, ENVIRONMENT, normalize, read_baseline, sidecar, verdicts_of,
+                       write_baseline)
+from .conditions import settings_diff
 from .errors import UserError
+from .inputs import as_inputs
+from .labels import eps_text
 from .metrics import wilson_interval
 from .stats import newcombe_difference_interval
-from .tables import EPS_DECIMALS, as_inputs, eps_text
 
-CHECK_KEY = ["model", "dataset", "protocol", "attack", "eps", "metric", "condition"]  # condition: e.g. layer=3
 MATCH_KEY = ["model", "dataset", "attack", "eps", "metric", "condition"]  # + the settings (protocol included)
 EPS = 1e-6  # absorbs float formatting in the CSV; far below one sample (100/n points)
-IDENTITY = ["setting", "settings_id", "samples_id", "settings"]
-ENVIRONMENT = ["device", "precision", "versions"]
-BASELINE_COLUMNS = CHECK_KEY + ["value", "n", "ci_low", "ci_high", "benchmark", "checkpoint_sha256"] + IDENTITY + \
-    ENVIRONMENT
 FAILING = ("REGRESSED", "MISSING", "SETTINGS-CHANGED", "SAMPLES-CHANGED")
-STRING_COLS = ("dataset", "protocol", "condition", "benchmark") + tuple(IDENTITY) + tuple(ENVIRONMENT)
-
 
 def lower_is_better(metric: str) -> bool:
     return metric in ("mce", "relative_mce", "fpr95", "mean_error") or metric.startswith("ce_")
@@ -80,7 +75,7 @@ class CheckResult:
         lines: List[str] = []
         if len(show):
             t = show.assign(
-                eps=[eps_text(e, a) for e, a in zip(show["eps"], show["attack"])],
+                eps=[eps_text(e, n) for e, n in zip(show["eps"], show["norm"])],
                 old=[_f(v) for v in show["old"]], new=[_f(v) for v in show["new"]],
                 delta=[_f(v, signed=True) for v in show["delta"]],
                 interval=[f"[{_f(lo)}, {_f(hi)}]" if pd.notna(lo) else "" for lo, hi in
@@ -94,7 +89,7 @@ class CheckResult:
         changed = r[r["status"].isin(["SETTINGS-CHANGED", "SAMPLES-CHANGED"])]
         for _, c in changed.iterrows():
             lines.append(f"{c['status']}: {c['model']} {c['dataset']} {c['attack']} "
-                         f"eps={eps_text(c['eps'], c['attack'])} {c['metric']}: {c['changes']}")
+                         f"eps={eps_text(c['eps'], c['norm'])} {c['metric']}: {c['changes']}")
         if len(changed):
             lines.append("the numbers above no longer measure the same thing as the baseline; if the change is "
                          "deliberate, accept it with --update")
@@ -131,39 +126,11 @@ def _run_environment(runs: Sequence[Dict[str, Any]]) -> Dict[str, Dict[str, str]
     return env
 
 
-def _match_id(settings: str) -> str:
-    """The settings a check matches on: everything but the precision, which ``check`` treats as part
-    of the environment (rounding, not another attack; see the module docstring)."""
-    if not settings:
-        return ""
-    if "+" in settings and not settings.startswith("{"):  # a derived row: the identities it combines
-        return short_hash(settings)
-    try:
-        d = json.loads(settings)
-    except ValueError:
-        return short_hash(settings)
-    d.pop("precision", None)
-    return short_hash(canonical(d))
-
-
-def _normalize(df: pd.DataFrame) -> pd.DataFrame:
-    df = df.copy()
-    for col in STRING_COLS:
-        if col not in df.columns:
-            df[col] = ""
-        df[col] = df[col].astype("string").fillna("").astype(str)
-    for col in ("n", "ci_low", "ci_high", "checkpoint_sha256", "run_id"):
-        if col not in df.columns:
-            df[col] = np.nan
-    df["eps"] = pd.to_numeric(df["eps"], errors="coerce").fillna(0.0).round(EPS_DECIMALS)
-    df["_match"] = [_match_id(x) for x in df["settings"]]
-    return df
-
-
-def current_rows(data: Any, metrics: Optional[Sequence[str]] = None) -> pd.DataFrame:
+def current_rows(data: Any, metrics: Optional[Sequence[str]] = None,
+                 ce_baseline: Optional[str] = None) -> pd.DataFrame:
     """Tidy results reduced to one row per check key and settings (ambiguity is an error, not a guess)."""
-    inp = as_inputs(data)
-    df = inp.results.copy()
+    inp = as_inputs(data, ce_baseline=ce_baseline)
+    df = inp.rows.copy()  # every row, not the de-duplicated view of the tables: two runs of one key are refused
     env = _run_environment(inp.runs)
     if env and "run_id" in df.columns:
         for col in ENVIRONMENT:
@@ -172,7 +139,7 @@ def current_rows(data: Any, metrics: Optional[Sequence[str]] = None) -> pd.DataF
                 df[col] = df[col].astype("string").fillna("").astype(str).where(lambda x: x != "", from_run)
             else:
                 df[col] = from_run
-    df = _normalize(df)
+    df = normalize(df)
     if metrics:
         df = df[df["metric"].isin(metrics)]
     dup = df.duplicated(CHECK_KEY + ["_match"], keep=False)
@@ -180,61 +147,12 @@ def current_rows(data: Any, metrics: Optional[Sequence[str]] = None) -> pd.DataF
         d = df[dup].iloc[0]
         runs = sorted(set(df[dup & (df[CHECK_KEY] == d[CHECK_KEY]).all(axis=1)]["run_id"].astype(str)))
         raise UserError(f"the results hold {int(dup.sum())} rows sharing a key, e.g. {d['model']} {d['dataset']} "
-                        f"{d['protocol']} {d['attack']} eps={eps_text(d['eps'], d['attack'])} {d['metric']} "
+                        f"{d['protocol']} {d['attack']} eps={eps_text(d['eps'], d['norm'])} {d['metric']} "
                         f"with identical settings (runs {', '.join(runs)}); point check at one run folder per "
                         f"model/setting")
-    out = df[BASELINE_COLUMNS + ["_match", "run_id"]].reset_index(drop=True)
+    out = df[BASELINE_COLUMNS + ["_match", "run_id", "norm"]].reset_index(drop=True)
     out.attrs["records"] = inp.records
     return out
-
-
-def read_baseline(path: Union[str, Path]) -> pd.DataFrame:
-    p = Path(path)
-    if not p.is_file():
-        raise UserError(f"baseline not found: {p}. Create it from good results with `robustbench-pid check "
-                        f"RESULTS --baseline {p} --update`")
-    try:
-        df = pd.read_csv(p)
-    except Exception as exc:  # noqa: BLE001
-        raise UserError(f"{p}: not a readable CSV ({exc})") from None
-    if "condition" not in df.columns:
-        df["condition"] = ""
-    missing = set(CHECK_KEY + ["value"]) - set(df.columns)
-    if missing:
-        raise UserError(f"{p}: not a baseline CSV (missing columns {', '.join(sorted(missing))}); "
-                        f"write one with --update")
-    return _normalize(df)
-
-
-def sidecar(path: Union[str, Path]) -> Path:
-    """The per-sample verdicts written beside a baseline (for comparisons on shared samples)."""
-    p = Path(path)
-    return p.with_name(p.stem + ".samples.parquet")
-
-
-def write_baseline(rows: pd.DataFrame, path: Union[str, Path], records: Optional[pd.DataFrame] = None) -> Path:
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    out = rows.sort_values(CHECK_KEY + ["settings_id"], kind="stable")[BASELINE_COLUMNS]
-    tmp = p.with_name(f".{p.name}.tmp")
-    out.to_csv(tmp, index=False, float_format="%.12g")
-    verdicts = _verdicts(records)
-    if verdicts is not None:
-        side_tmp = sidecar(p).with_name(f".{sidecar(p).name}.tmp")
-        verdicts.to_parquet(side_tmp, index=False)
-        side_tmp.replace(sidecar(p))
-    tmp.replace(p)
-    return p
-
-
-def _verdicts(records: Optional[pd.DataFrame]) -> Optional[pd.DataFrame]:
-    cols = ["model", "dataset", "attack", "eps", "settings_id", "sample_id", "correct_top1", "correct_top5"]
-    if records is None or not set(cols) <= set(records.columns):
-        return None
-    v = records[cols].copy()
-    v["eps"] = v["eps"].astype(float).round(EPS_DECIMALS)
-    v["sample_id"] = v["sample_id"].astype(str)
-    return v.drop_duplicates(["model", "dataset", "attack", "eps", "settings_id", "sample_id"])
 
 
 def _on_shared(old: Dict[str, Any], new: Dict[str, Any], base_v: Optional[pd.DataFrame],
@@ -267,8 +185,8 @@ def compare(current: pd.DataFrame, baseline: pd.DataFrame, tolerance: float = 0.
     if tolerance < 0:
         raise UserError(f"--tolerance must be >= 0 percentage points, got {tolerance}")
     notes = notes if notes is not None else []
-    cur = current if "_match" in current.columns else _normalize(current)
-    base = baseline if "_match" in baseline.columns else _normalize(baseline)
+    cur = current if "_match" in current.columns else normalize(current)
+    base = baseline if "_match" in baseline.columns else normalize(baseline)
     has_settings = bool((base["settings_id"] != "").any())
     if not has_settings:
         notes.append("the baseline predates recorded settings: attack settings and sample sets were not compared; "
@@ -278,7 +196,7 @@ def compare(current: pd.DataFrame, baseline: pd.DataFrame, tolerance: float = 0.
         key = CHECK_KEY
     else:
         key = MATCH_KEY + ["_match"]
-    cur_v = _verdicts(current.attrs.get("records"))
+    cur_v = verdicts_of(current.attrs.get("records"))
     m = base.merge(cur, on=key, how="outer", suffixes=("_old", "_new"), indicator=True)
     for col in CHECK_KEY:
         if col not in m.columns:  # protocol when matching on settings
@@ -381,9 +299,12 @@ def _n(v: Any) -> str:
 
 
 def check(results: Any, baseline: Union[str, Path], tolerance: float = 0.0,
-          metrics: Optional[Sequence[str]] = None, significant: bool = False) -> CheckResult:
-    """Compare ``results`` (paths, tidy DataFrame) with the baseline CSV; see the module docstring."""
-    cur = current_rows(results, metrics)
+          metrics: Optional[Sequence[str]] = None, significant: bool = False,
+          ce_baseline: Optional[str] = None) -> CheckResult:
+    """Compare ``results`` (paths, tidy DataFrame) with the baseline CSV; see the module docstring.
+
+    ``ce_baseline``: the model whose corruption errors normalize CE/mCE outside ImageNet."""
+    cur = current_rows(results, metrics, ce_baseline)
     base = read_baseline(baseline)
     notes: List[str] = []
     if metrics:
@@ -410,6 +331,8 @@ def check(results: Any, baseline: Union[str, Path], tolerance: float = 0.0,
     side = sidecar(baseline)
     base_v = pd.read_parquet(side) if side.is_file() else None
     rows = compare(cur, base, tolerance=tolerance, significant=significant, base_verdicts=base_v, notes=notes)
+    norms = cur.drop_duplicates("attack").set_index("attack")["norm"]  # how each attack's eps is written
+    rows = rows.assign(norm=rows["attack"].map(norms).fillna("")) if len(rows) else rows.assign(norm="")
     return CheckResult(rows, tolerance, significant, str(baseline), notes)
 
 
@@ -418,9 +341,10 @@ def _one(s: pd.Series) -> str:
     return "; ".join(vals)
 
 
-def update(results: Any, baseline: Union[str, Path], metrics: Optional[Sequence[str]] = None) -> pd.DataFrame:
+def update(results: Any, baseline: Union[str, Path], metrics: Optional[Sequence[str]] = None,
+           ce_baseline: Optional[str] = None) -> pd.DataFrame:
     """Rewrite the baseline from the results (deliberately); returns what changed against the old one."""
-    cur = current_rows(results, metrics)
+    cur = current_rows(results, metrics, ce_baseline)
     if cur.empty:
         raise UserError("the results hold no rows to write" + (" for the chosen --metric" if metrics else ""))
     p = Path(baseline)

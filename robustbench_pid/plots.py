@@ -13,10 +13,9 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
-import pandas as pd
 
 from .errors import UserError
-from .tables import ACCURACY_METRICS, EXTRA_LABELS, _attack_norm, OOD_DATASETS, as_inputs, dedupe, eps_text, with_labels
+from .inputs import ACCURACY_METRICS, OOD_DATASETS, as_inputs, norm_of
 
 FORMATS = ("png", "svg")
 
@@ -30,14 +29,9 @@ def _figure(width: float, height: float):
     return fig
 
 
-def _tidy(data: Any) -> pd.DataFrame:
-    df, _ = dedupe(with_labels(as_inputs(data).results))
-    return df
-
-
 def plot_eps_curves(data: Any, metric: str = "top1", attacks: Optional[Sequence[str]] = None,
                     dataset: Optional[str] = None, protocol: Optional[str] = None,
-                    models: Optional[Sequence[str]] = None):
+                    models: Optional[Sequence[str]] = None, ce_baseline: Optional[str] = None):
     """Accuracy against eps, one panel per attack (and protocol), one line per model, 95% band.
 
     Clean accuracy is drawn at eps 0 of every panel (an attack at eps 0 is the clean input).
@@ -45,7 +39,7 @@ def plot_eps_curves(data: Any, metric: str = "top1", attacks: Optional[Sequence[
     """
     if metric not in ACCURACY_METRICS:
         raise UserError(f"metric must be one of {', '.join(ACCURACY_METRICS)}, got {metric!r}")
-    df = _tidy(data)
+    df = as_inputs(data, ce_baseline=ce_baseline).results
     df = df[(df["metric"] == metric) & (df["benchmark"] == "adversarial")] if "adversarial" in set(df["benchmark"]) \
         else df[df["metric"] == metric]
     df = df[~df["dataset"].isin(OOD_DATASETS)]
@@ -75,7 +69,7 @@ def plot_eps_curves(data: Any, metric: str = "top1", attacks: Optional[Sequence[
     for ax, (attack, ds, proto) in zip(axes, panels):
         sub = att[(att["attack"] == attack) & (att["dataset"] == ds) & (att["protocol"] == proto)]
         clean = df[(df["attack"] == "clean") & (df["dataset"] == ds) & (df["protocol"] == proto)]
-        linf = _attack_norm(attack) == "linf" or all("/" in eps_text(e, attack) or e == 0 for e in sub["eps_key"])
+        linf = norm_of(sub, attack) == "linf"
         scale = 255.0 if linf else 1.0
         for m in order:
             s = sub[sub["label"] == m].sort_values("eps_key")
@@ -91,7 +85,7 @@ def plot_eps_curves(data: Any, metric: str = "top1", attacks: Optional[Sequence[
             lo_a, hi_a = np.asarray(lo, float), np.asarray(hi, float)
             if np.isfinite(lo_a).all() and np.isfinite(hi_a).all():
                 ax.fill_between(x, lo_a, hi_a, color=colors[m], alpha=0.15, linewidth=0)
-        title = EXTRA_LABELS.get(attack, attack.upper() if len(attack) <= 5 else attack)
+        title = str(sub["attack_label"].iloc[0])
         extra = [ds] if many_ds else []
         extra += [proto] if many_proto else []
         ax.set_title(title + (f" ({', '.join(extra)})" if extra else ""))
@@ -106,11 +100,12 @@ def plot_eps_curves(data: Any, metric: str = "top1", attacks: Optional[Sequence[
     return fig
 
 
-def plot_corruption_errors(data: Any, models: Optional[Sequence[str]] = None, dataset: Optional[str] = None):
+def plot_corruption_errors(data: Any, models: Optional[Sequence[str]] = None, dataset: Optional[str] = None,
+                           ce_baseline: Optional[str] = None):
     """Per-corruption CE bars (``ce_<corruption>`` rows), one bar per model; without a CE baseline
     (non-ImageNet data and no baseline model) the per-corruption top-1 error (``err_``) instead;
     ``None`` without corruption rows."""
-    df = _tidy(data)
+    df = as_inputs(data, ce_baseline=ce_baseline).results
     metric = df["metric"].astype(str)
     prefix = "ce_" if metric.str.startswith("ce_").any() else "err_"
     df = df[metric.str.startswith(prefix)]
@@ -144,21 +139,20 @@ def plot_corruption_errors(data: Any, models: Optional[Sequence[str]] = None, da
 
 
 def plot_rank_collapse(data: Any, path: Union[str, Path] = "rank_collapse.png") -> Optional[Path]:
-    """Rank-collapse curves (PNG), drawn by ``robustbench_pid.analysis.plot_rank_collapse`` when that
-    module exists and the results hold ``token_cosine`` rows; ``None`` otherwise."""
-    out, _ = _rank_collapse(data, path)
+    """Rank-collapse curves (PNG), drawn by ``robustbench_pid.analysis.plot_rank_collapse`` when the
+    results hold ``token_cosine`` rows; ``None`` otherwise."""
+    out, _ = write_rank_collapse(data, path)
     return out
 
 
-def _rank_collapse(data: Any, path: Union[str, Path]) -> Tuple[Optional[Path], str]:
-    try:
-        from .analysis import plot_rank_collapse as external  # written by the rank-collapse work
-    except ImportError:
-        return None, "the rank-collapse analysis (robustbench_pid.analysis) is not in this version"
-    res = as_inputs(data).results
+def write_rank_collapse(data: Any, path: Union[str, Path]) -> Tuple[Optional[Path], str]:
+    """(the PNG written, '') or (None, why not)."""
+    res = as_inputs(data).rows
     rows = res[res["metric"].astype(str) == "token_cosine"]
     if rows.empty:
         return None, "no token_cosine rows in these results (evaluate --benchmark rank-collapse)"
+    from .analysis import plot_rank_collapse as external  # only for rank-collapse results (imports torch)
+
     try:
         return Path(external(rows, path)), ""
     except Exception as exc:  # noqa: BLE001  (another module's failure must not sink the other plots)
@@ -174,9 +168,9 @@ SKIP_REASONS = {"eps_curves_top1": "no attack rows", "eps_curves_top5": "no atta
                 "corruption_errors": "no per-corruption rows (evaluate --benchmark corruptions)"}
 
 
-def figures(data: Any) -> Tuple[Dict[str, Any], List[str]]:
+def figures(data: Any, ce_baseline: Optional[str] = None) -> Tuple[Dict[str, Any], List[str]]:
     """Every matplotlib figure the results allow, by name, and a note for each one skipped."""
-    inp = as_inputs(data)
+    inp = as_inputs(data, ce_baseline=ce_baseline)
     out: Dict[str, Any] = {}
     notes: List[str] = []
     for name, fn in PLOTS.items():
@@ -205,14 +199,15 @@ def figure_bytes(fig: Any, fmt: str = "svg") -> bytes:
     return buf.getvalue()
 
 
-def write_plots(data: Any, out_dir: Union[str, Path], formats: Sequence[str] = FORMATS) -> Tuple[List[Path], List[str]]:
+def write_plots(data: Any, out_dir: Union[str, Path], formats: Sequence[str] = FORMATS,
+                ce_baseline: Optional[str] = None) -> Tuple[List[Path], List[str]]:
     """Writes every available plot as PNG and SVG; returns the files and the skip notes."""
-    inp = as_inputs(data)
+    inp = as_inputs(data, ce_baseline=ce_baseline)
     figs, notes = figures(inp)
     paths: List[Path] = []
     for name, fig in figs.items():
         paths += save_figure(fig, out_dir, name, formats)
-    rc, why = _rank_collapse(inp, Path(out_dir) / "rank_collapse.png")
+    rc, why = write_rank_collapse(inp, Path(out_dir) / "rank_collapse.png")
     if rc is None:
         notes.append(f"rank_collapse: skipped ({why})")
     else:

@@ -14,13 +14,18 @@ import tempfile
 import time
 from dataclasses import asdict, is_dataclass
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import pandas as pd
 
 from . import __version__
-from .tables import (AGGREGATE_METRICS, Inputs, Table, as_inputs, compare_models, eps_text, fmt_p, paper_tables, render_html,
-                     wide_table)
+from .comparisons import compare_models
+from .diagnostics import diagnose
+from .inputs import AGGREGATE_METRICS, Inputs, as_inputs, attack_norms
+from .labels import eps_text
+from .plots import figure_bytes, figures, write_rank_collapse
+from .render import Table, fmt_p, render_html
+from .tables import paper_tables, wide_table
 
 CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif;margin:2em auto;max-width:1200px;
@@ -42,8 +47,6 @@ def _esc(x: Any) -> str:
 
 
 def _svg_inline(fig: Any) -> str:
-    from .plots import figure_bytes
-
     svg = figure_bytes(fig, "svg").decode("utf-8")
     start = svg.find("<svg")
     return svg[start:] if start >= 0 else svg
@@ -79,11 +82,6 @@ def _finding_html(f: Any) -> str:
 
 def diagnostics_section(inp: Inputs) -> Tuple[str, List[Any]]:
     """HTML for the gradient-masking diagnostics, and the raw findings."""
-    try:
-        from .diagnostics import diagnose  # written by the attack-suite work
-    except ImportError:
-        return ("<p class='muted'>Gradient-masking diagnostics are not available in this version "
-                "(robustbench_pid.diagnostics is not installed).</p>", [])
     if inp.records is None:
         return "<p class='muted'>Diagnostics need per-sample records: pass run folders, not tidy tables.</p>", []
     try:
@@ -95,15 +93,17 @@ def diagnostics_section(inp: Inputs) -> Tuple[str, List[Any]]:
     return "<ul>" + "".join(_finding_html(f) for f in findings) + "</ul>", findings
 
 
-def provenance_section(runs: Sequence[Dict[str, Any]]) -> str:
+def provenance_section(runs: Sequence[Dict[str, Any]], norms: Optional[Mapping[str, str]] = None) -> str:
+    """Each run's run.json in a table (and in full); ``norms``: attack -> norm, for writing eps."""
+    norms = norms or {}
     if not runs:
         return "<p class='muted'>No run.json available (tidy tables carry no provenance).</p>"
     cols = ["run", "model", "arch", "checkpoint sha256", "dataset", "n", "skipped", "protocol", "benchmark", "attacks", "seed",
             "device", "versions", "git", "finished", "wall s"]
     rows = []
     for r in runs:
-        attacks = ", ".join(sorted({f"{a.get('attack')}@{eps_text(a['eps'], a.get('attack', ''))}" if 'eps' in a
-                                    else str(a.get('attack')) for a in r.get("attacks", [])})) or "-"
+        attacks = ", ".join(sorted({f"{a.get('attack')}@{eps_text(a['eps'], norms.get(a.get('attack'), ''))}"
+                                    if 'eps' in a else str(a.get('attack')) for a in r.get("attacks", [])})) or "-"
         v = r.get("versions", {}) or {}
         rows.append([r.get("run_id", ""), r.get("model", ""), r.get("arch", ""),
                      str(r.get("checkpoint_sha256") or "-")[:16], f"{r.get('dataset', '')}/{r.get('split', '')}",
@@ -150,7 +150,7 @@ def _comparisons_table(c: pd.DataFrame, title: str) -> Optional[Table]:
     c = c.sort_values(["dataset", "protocol", "attack", "eps", "metric", "model_a", "model_b"], kind="stable")
     frame = pd.DataFrame({
         "dataset": c["dataset"], "protocol": c["protocol"], "attack": c["attack"],
-        "eps": [eps_text(e, a) for e, a in zip(c["eps"], c["attack"])], "metric": c["metric"],
+        "eps": [eps_text(e, n) for e, n in zip(c["eps"], c["norm"])], "metric": c["metric"],
         "A": c["model_a"], "B": c["model_b"], "A value": [f"{v:.2f}" for v in c["value_a"]],
         "B value": [f"{v:.2f}" for v in c["value_b"]], "Δ B−A": [f"{d:+.2f}" for d in c["delta"]],
         "test": [t or "-" for t in c["test"]], "n": [str(n) if n else "-" for n in c["n_paired"]],
@@ -161,11 +161,10 @@ def _comparisons_table(c: pd.DataFrame, title: str) -> Optional[Table]:
                  ["Δ: B minus A in points; p: two-sided paired test on the same samples; * p < 0.05"] + notes)
 
 
-def build_report(data: Any, title: str = "Robustness report", n_boot: int = 1000) -> str:
-    """The report as one HTML string."""
-    from .plots import _rank_collapse, figures
-
-    inp = as_inputs(data)
+def build_report(data: Any, title: str = "Robustness report", n_boot: int = 1000,
+                 ce_baseline: Optional[str] = None) -> str:
+    """The report as one HTML string: the inputs are prepared once and every section reads them."""
+    inp = as_inputs(data, ce_baseline=ce_baseline)
     sections: List[str] = [skipped_notice(inp.runs)]
     try:
         paper = paper_tables(inp, n_boot=n_boot)
@@ -192,7 +191,7 @@ def build_report(data: Any, title: str = "Robustness report", n_boot: int = 1000
     for name, fig in figs.items():
         plot_html.append(f"<figure id='plot-{_esc(name)}'>{_svg_inline(fig)}<figcaption>{_esc(name)}</figcaption></figure>")
     with tempfile.TemporaryDirectory() as tmp:
-        rc, why = _rank_collapse(inp, Path(tmp) / "rank_collapse.png")
+        rc, why = write_rank_collapse(inp, Path(tmp) / "rank_collapse.png")
         if rc is not None:
             plot_html.append(f"<figure id='plot-rank_collapse'><img alt='rank collapse' src='{_png_data_uri(rc)}'>"
                              f"<figcaption>rank_collapse</figcaption></figure>")
@@ -202,7 +201,7 @@ def build_report(data: Any, title: str = "Robustness report", n_boot: int = 1000
                     ("<ul class='notes'>" + "".join(f"<li>{_esc(n)}</li>" for n in notes) + "</ul>" if notes else ""))
     diag, _ = diagnostics_section(inp)
     sections.append("<h2>Gradient-masking diagnostics</h2>" + diag)
-    sections.append("<h2>Provenance</h2>" + provenance_section(inp.runs))
+    sections.append("<h2>Provenance</h2>" + provenance_section(inp.runs, attack_norms(inp.rows)))
     stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     head = (f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>{_esc(title)}</title>"
             f"<meta name='viewport' content='width=device-width, initial-scale=1'><style>{CSS}</style></head><body>")
@@ -211,10 +210,11 @@ def build_report(data: Any, title: str = "Robustness report", n_boot: int = 1000
     return head + intro + "".join(sections) + "</body></html>\n"
 
 
-def write_report(data: Any, out: Union[str, Path], title: str = "Robustness report", n_boot: int = 1000) -> Path:
+def write_report(data: Any, out: Union[str, Path], title: str = "Robustness report", n_boot: int = 1000,
+                 ce_baseline: Optional[str] = None) -> Path:
     p = Path(out)
     p.parent.mkdir(parents=True, exist_ok=True)
     tmp = p.with_name(f".{p.name}.tmp")
-    tmp.write_text(build_report(data, title=title, n_boot=n_boot), encoding="utf-8")
+    tmp.write_text(build_report(data, title=title, n_boot=n_boot, ce_baseline=ce_baseline), encoding="utf-8")
     tmp.replace(p)
     return p

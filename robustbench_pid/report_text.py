@@ -3,15 +3,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-
-def eps_label(eps: float) -> str:
-    """0.0117647 -> '3/255'; other values as %g."""
-    if eps == 0:
-        return "0"
-    k = round(eps * 255)
-    if 0 < eps <= 1 and abs(k / 255 - eps) < 1e-9:  # pixel-scale L-inf budgets; L1/L2 eps stay plain
-        return f"{k}/255"
-    return f"{eps:g}"
+from .labels import eps_text
 
 
 def format_summary(summary: pd.DataFrame) -> str:
@@ -21,7 +13,8 @@ def format_summary(summary: pd.DataFrame) -> str:
         return "(no results)"
     df = summary.copy()
     df["cell"] = df.apply(_cell, axis=1)
-    df["eps"] = df["eps"].map(eps_label)
+    norms = df["norm"].fillna("").astype(str) if "norm" in df.columns else pd.Series("", index=df.index)
+    df["eps"] = [eps_text(e, n) for e, n in zip(df["eps"], norms)]
     keys = [c for c in ("model", "protocol", "benchmark", "attack", "eps") if c in df.columns]
     if "condition" in df.columns and df["condition"].fillna("").astype(str).ne("").any():
         df["condition"] = df["condition"].fillna("").astype(str)

@@ -4,7 +4,8 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from robustbench_pid.check import check, read_baseline, update
+from robustbench_pid.baseline import read_baseline
+from robustbench_pid.check import check, update
 from robustbench_pid.cli import main
 from robustbench_pid.metrics import wilson_interval
 
@@ -13,7 +14,8 @@ def _row(model, attack, eps, metric, k, n=360):
     lo, hi = wilson_interval(k, n)
     return dict(run_id=f"run_{model}", model=model, checkpoint_sha256="ab" * 32, dataset="digits",
                 protocol="standard", benchmark="adversarial", attack=attack, eps=eps, metric=metric,
-                value=100 * k / n, n=n, ci_low=100 * lo, ci_high=100 * hi)
+                value=100 * k / n, n=n, ci_low=100 * lo, ci_high=100 * hi,
+                norm="" if attack == "clean" else "linf")  # as summarize stamps it: eps is written k/255
 
 
 @pytest.fixture()

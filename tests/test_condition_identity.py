@@ -16,7 +16,8 @@ from robustbench_pid.check import check, update
 from robustbench_pid.results import load_records, load_results
 from robustbench_pid.runner import run
 from robustbench_pid.specs import AttackSpec, RunSpec
-from robustbench_pid.tables import paper_tables, render
+from robustbench_pid.render import render
+from robustbench_pid.tables import paper_tables
 
 PGD20 = "PGD-20 (step 2.5·eps/20, random start, early stop top-5)"
 PGD2 = "PGD-2 (step 2.5·eps/2, random start, early stop top-5)"

@@ -14,7 +14,8 @@ def _acc(model, attack, eps, k, n=100, metric="top1"):
     lo, hi = wilson_interval(k, n)
     return dict(run_id=f"r_{model}", model=model, checkpoint_sha256=None, dataset="digits", protocol="standard",
                 benchmark="adversarial", attack=attack, eps=eps, metric=metric, value=100 * k / n, n=n,
-                ci_low=100 * lo, ci_high=100 * hi)
+                ci_low=100 * lo, ci_high=100 * hi, attack_label=attack.upper(),  # as summarize stamps them
+                norm="" if attack == "clean" else "linf")
 
 
 @pytest.fixture()

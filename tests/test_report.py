@@ -9,6 +9,7 @@ import pytest
 
 import robustbench_pid as rbp
 from robustbench_pid.cli import main
+from robustbench_pid.inputs import load_inputs
 from robustbench_pid.report import build_report
 
 
@@ -37,7 +38,7 @@ def test_report_is_self_contained_with_all_sections(runs, tmp_path):
 
 
 def test_report_shows_diagnostics_or_says_why(runs):
-    page = build_report(rbp.tables.load_inputs(runs))
+    page = build_report(load_inputs(runs))
     section = page.split("<h2>Gradient-masking diagnostics</h2>", 1)[1].split("<h2>", 1)[0]
     try:
         import robustbench_pid.diagnostics  # noqa: F401
@@ -61,7 +62,7 @@ def _browser():
 @pytest.mark.skipif(_browser() is None, reason="no headless browser installed (CI: apt-get install -y chromium)")
 def test_report_renders_in_headless_chromium_offline(runs, tmp_path):
     out = tmp_path / "report.html"
-    rbp.write_report(rbp.tables.load_inputs(runs), out)
+    rbp.write_report(load_inputs(runs), out)
     flags = [_browser(), "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
              "--disable-component-update", "--disable-sync", "--no-first-run", f"--user-data-dir={tmp_path / 'ud'}",
              "--host-resolver-rules=MAP * ~NOTFOUND"]  # any network fetch would fail

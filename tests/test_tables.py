@@ -1,13 +1,17 @@
 """Tables: the paper layout on a synthetic results set (exact text), eps choice, paired tests, layouts."""
 from __future__ import annotations
 
+import io
+
 import numpy as np
 import pandas as pd
 import pytest
 
 from robustbench_pid.errors import UserError
 from robustbench_pid.results import summarize
-from robustbench_pid.tables import (choose_eps, compare_models, paper_tables, render, table, tables)
+from robustbench_pid.comparisons import compare_models
+from robustbench_pid.render import render
+from robustbench_pid.tables import choose_eps, paper_tables, table, tables
 
 N = 20
 
@@ -133,7 +137,7 @@ def test_without_records_no_p_values_and_a_note(synth):
     ({"a": [2 / 255, 4 / 255], "b": [2 / 255]}, {}, 2 / 255),  # only eps every model has
 ])
 def test_choose_eps(present, chosen, expect):
-    e, _ = choose_eps("pgd", present, chosen)
+    e, _ = choose_eps("pgd", present, chosen, paper_eps=3 / 255, norm="linf")
     assert e == pytest.approx(expect)
 
 
@@ -235,7 +239,7 @@ def test_table_cli_writes_each_format(synth, tmp_path, capsys):
 def test_imagenet_c_mce_bootstrap_uses_alexnet_normalization():
     from robustbench_pid.imagenet_info import CORRUPTIONS_15
     from robustbench_pid.metrics import mean_corruption_error
-    from robustbench_pid.tables import corruption_error_matrix, mce_statistic
+    from robustbench_pid.comparisons import corruption_error_matrix, mce_statistic
 
     rng = np.random.default_rng(2)
     n = 12
@@ -264,3 +268,26 @@ def test_imagenet_c_mce_bootstrap_uses_alexnet_normalization():
     assert (row["Attack"], row["Metric"]) == ("ImageNet-C", "mCE (↓)")
     assert row["Δ b−a"] == f"{mean_corruption_error(err['b']) - mean_corruption_error(err['a']):+.2f}"
     assert row["p b vs a"].endswith("*")  # 50% vs 80% per-condition accuracy: a clear difference
+
+
+def test_ce_baseline_is_an_explicit_option(tmp_path, capsys, monkeypatch):
+    """--ce-baseline MODEL normalizes CE/mCE outside ImageNet by that model's errors (here 0.1 vs 0.2: 50%)."""
+    from test_benchmarks_imagenet import _fake_corruption_records
+
+    from robustbench_pid.cli import main
+    from robustbench_pid.imagenet_info import CORRUPTIONS_15
+
+    monkeypatch.delenv("ROBUSTBENCH_PID_CE_BASELINE", raising=False)
+    recs = pd.concat([_fake_corruption_records("base", "digits", {c: [0.2] * 5 for c in CORRUPTIONS_15}, 0.1),
+                      _fake_corruption_records("mine", "digits", {c: [0.1] * 5 for c in CORRUPTIONS_15}, 0.05)],
+                     ignore_index=True)
+    path = tmp_path / "records.parquet"
+    recs.to_parquet(path)
+    assert main(["table", str(path), "--layout", "long", "--format", "csv", "--ce-baseline", "base"]) == 0
+    rows = pd.read_csv(io.StringIO(capsys.readouterr().out))
+    mine = rows[rows["model"] == "mine"].set_index("metric")["value"]
+    assert mine["mce"] == pytest.approx(50.0) and mine["ce_fog"] == pytest.approx(50.0)
+    assert main(["table", str(path), "--layout", "long", "--format", "csv"]) == 0
+    rows = pd.read_csv(io.StringIO(capsys.readouterr().out))
+    assert "mce" not in set(rows["metric"]) and "mean_err" in set(rows["metric"])
+    assert paper_tables(recs, ce_baseline="base")[0].frame.iloc[-1]["Metric"] == "mCE (↓)"

@@ -20,6 +20,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="CI-aware: fail only when the drop is also significant (95%% interval of new-old below 0)")
     p.add_argument("--update", action="store_true", help="rewrite the baseline from these results (deliberately)")
     p.add_argument("--verbose", action="store_true", help="show every compared row, not only the changes")
+    p.add_argument("--ce-baseline", metavar="MODEL",
+                   help="model whose corruption errors normalize CE/mCE outside ImageNet (its runs must be among "
+                        "the results; ImageNet uses AlexNet's published errors)")
 
 
 def _metrics(raw: List[str]) -> Optional[List[str]]:
@@ -32,11 +35,12 @@ def run(args: argparse.Namespace) -> int:
 
     metrics = _metrics(args.metric)
     if args.update:
-        changes = update(args.results, args.baseline, metrics)
+        changes = update(args.results, args.baseline, metrics, ce_baseline=args.ce_baseline)
         counts = changes["status"].value_counts().to_dict()
         print(f"wrote {args.baseline}: {int((changes['status'] != 'MISSING').sum())} rows "
               f"({', '.join(f'{v} {k}' for k, v in sorted(counts.items()))} against the previous baseline)")
         return 0
-    res = check(args.results, args.baseline, tolerance=args.tolerance, metrics=metrics, significant=args.significant)
+    res = check(args.results, args.baseline, tolerance=args.tolerance, metrics=metrics, significant=args.significant,
+                ce_baseline=args.ce_baseline)
     print(res.report(verbose=args.verbose))
     return 0 if res.ok else 1

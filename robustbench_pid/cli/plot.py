@@ -13,16 +13,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", type=Path, required=True, help="folder for the image files")
     p.add_argument("--format", action="append", choices=["png", "svg"],
                    help="only this format (repeatable; default both)")
+    p.add_argument("--ce-baseline", metavar="MODEL",
+                   help="model whose corruption errors normalize CE/mCE outside ImageNet (its runs must be among "
+                        "the results; ImageNet uses AlexNet's published errors)")
 
 
 def run(args: argparse.Namespace) -> int:
     import matplotlib
 
     matplotlib.use("Agg")
+    from ..inputs import load_inputs
     from ..plots import write_plots
-    from ..tables import load_inputs
 
-    paths, notes = write_plots(load_inputs(args.results), args.out, formats=args.format or ("png", "svg"))
+    paths, notes = write_plots(load_inputs(args.results, ce_baseline=args.ce_baseline), args.out,
+                               formats=args.format or ("png", "svg"))
     for p in paths:
         print(f"wrote {p}")
     for n in notes:

@@ -13,15 +13,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("-o", "--output", type=Path, default=Path("report.html"), help="HTML file (default report.html)")
     p.add_argument("--title", default="Robustness report")
     p.add_argument("--n-boot", type=int, default=1000, help="bootstrap resamples for mCE/AUPR (default 1000)")
+    p.add_argument("--ce-baseline", metavar="MODEL",
+                   help="model whose corruption errors normalize CE/mCE outside ImageNet (its runs must be among "
+                        "the results; ImageNet uses AlexNet's published errors)")
 
 
 def run(args: argparse.Namespace) -> int:
     import matplotlib
 
     matplotlib.use("Agg")
+    from ..inputs import load_inputs
     from ..report import write_report
-    from ..tables import load_inputs
 
-    out = write_report(load_inputs(args.results), args.output, title=args.title, n_boot=args.n_boot)
+    out = write_report(load_inputs(args.results, ce_baseline=args.ce_baseline), args.output, title=args.title,
+                       n_boot=args.n_boot)
     print(f"wrote {out} ({out.stat().st_size // 1024} KiB, self-contained)")
     return 0

@@ -22,12 +22,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-compare", action="store_true", help="paper layout: no delta / p-value columns")
     p.add_argument("--n-boot", type=int, default=1000, help="bootstrap resamples for mCE/AUPR (default 1000)")
     p.add_argument("-o", "--output", type=Path, help="write to this file instead of stdout")
+    p.add_argument("--ce-baseline", metavar="MODEL",
+                   help="model whose corruption errors normalize CE/mCE outside ImageNet (its runs must be among "
+                        "the results; ImageNet uses AlexNet's published errors)")
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..tables import load_inputs, render, tables
+    from ..inputs import load_inputs
+    from ..render import render
+    from ..tables import tables
 
-    inp = load_inputs(args.results)
+    inp = load_inputs(args.results, ce_baseline=args.ce_baseline)
     kw = {}
     if args.layout == "paper":
         kw = dict(dataset=args.dataset, protocol=args.protocol, eps=args.eps, compare=not args.no_compare,
