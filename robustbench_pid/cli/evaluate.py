@@ -5,11 +5,11 @@ import argparse
 from pathlib import Path
 from typing import Any, Dict, List
 
+from ..specs import PRECISIONS, PROTOCOLS
+
 NAME = "evaluate"
 HELP = ("evaluate a model: clean accuracy plus attacks (--attack / --suite) or a benchmark, "
         "written as per-sample records + summary under results/")
-
-from ..spec_builder import PAPER_EPS_GRID, SWEEP_BY_DEFAULT  # noqa: F401  (kept importable from here)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -43,7 +43,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     a.add_argument("--step-size", type=str)
     a.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
                    help="any other attack setting (repeatable), e.g. --param random_start=false")
-    a.add_argument("--protocol", default="standard", choices=["standard", "paper"])
+    a.add_argument("--protocol", default="standard", choices=PROTOCOLS)
     m = p.add_argument_group("model arguments (recorded in results)")
     for k in ("lambda_p", "lambda_i", "lambda_d", "beta"):
         m.add_argument(f"--{k.replace('_', '-')}", type=float, dest=k, help="PID gain (PID models only)")
@@ -60,7 +60,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     r.add_argument("--chunk-size", type=int, default=512, help="samples per work unit (resume granularity)")
     r.add_argument("--seed", type=int, default=0)
     r.add_argument("--device", default="auto")
-    r.add_argument("--precision", default="fp32", choices=["fp32", "bf16", "fp16"],
+    r.add_argument("--precision", default="fp32", choices=PRECISIONS,
                    help="attack forward/backward precision on CUDA (verdicts always fp32)")
     r.add_argument("--compile", action="store_true", help="torch.compile the model for clean/verdict passes")
     r.add_argument("--workers", type=int, default=0, help="DataLoader workers")
