@@ -38,6 +38,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--reps", type=int, default=3)
     args = ap.parse_args()
+    sys.path.insert(0, str(ROOT))  # this checkout's package, as the timed processes get it
     from robustbench_pid.cli import verbs
 
     py = sys.executable

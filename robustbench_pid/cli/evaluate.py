@@ -36,7 +36,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "(`robustbench-pid list benchmarks` lists them)")
     a = p.add_argument_group("attacks")
     a.add_argument("--attack", action="append", default=[], help="attack name (repeatable)")
-    a.add_argument("--suite", help="attack suite name (attacks/NAME.toml) or path to a .toml file")
+    a.add_argument("--suite", help="attack suite: a name (`robustbench-pid list suites`; shipped in robustbench_pid/attack_suites/) or a path to a .toml file")
     a.add_argument("--eps", help="comma-separated eps list, e.g. 1/255,2/255,4/255 (default: the papers' "
                                  "1/255..6/255 sweep for fgsm/pgd, the attack's default otherwise)")
     a.add_argument("--steps", type=int)
