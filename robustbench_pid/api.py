@@ -76,6 +76,7 @@ def evaluate(model: ModelLike, attack: Union[None, str, Sequence[str]] = None, e
         for k, v in hints.items():
             opts.setdefault(k, v)
         opts.setdefault("benchmark", "adversarial")
+        opts.setdefault("split", "custom")  # your object is the whole set: no registered splits
         if opts["benchmark"] != "adversarial":
             raise UserError(f"data= objects work with the adversarial benchmark; {opts['benchmark']!r} needs a "
                             f"registered dataset (dataset=NAME)")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import os
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Union
 
@@ -111,7 +112,7 @@ def attack_specs(attack: Union[None, str, Sequence[str]] = None, eps: EpsLike = 
 def build_spec(model: str, *, attack: Union[None, str, Sequence[str]] = None, eps: EpsLike = None,
                dataset: str = "digits", checkpoint: Optional[str] = None, allow_pickle: bool = False,
                non_strict: bool = False, data_root: Optional[str] = None, imagenet_root: Optional[str] = None,
-               split: str = "test", limit: Optional[int] = None, subset: Optional[int] = None,
+               split: Optional[str] = None, limit: Optional[int] = None, subset: Optional[int] = None,
                skip_unreadable: bool = False, benchmark: Optional[str] = None, suite: Optional[str] = None,
                steps: Optional[int] = None, step_size: Union[None, float, str] = None, param: KeyValues = None,
                protocol: str = "standard", lambda_p: Optional[float] = None, lambda_i: Optional[float] = None,
@@ -121,10 +122,17 @@ def build_spec(model: str, *, attack: Union[None, str, Sequence[str]] = None, ep
                compile: bool = False, workers: int = 0, shard: Optional[str] = None, quiet: bool = False,
                dry_run: bool = False) -> RunSpec:
     """The RunSpec for these settings (keywords = the ``evaluate`` flags with underscores; ``param``,
-    ``model_arg`` and ``bench_opt`` take a mapping or KEY=VALUE strings)."""
-    from .data import dataset_info
+    ``model_arg`` and ``bench_opt`` take a mapping or KEY=VALUE strings).
+
+    ``split=None``: the dataset's default split. ``imagenet_root=None``: ``$ROBUSTBENCH_PID_IMAGENET_ROOT``
+    for the datasets that read an ImageNet root (imagenet-o, imagenet-c), so the root in use is
+    always in the spec and in the run folder's hash. For a registered dataset, a split it lacks,
+    a needless ``data_root`` and options it does not take are refused here, before any work.
+    A data object (``rbp.evaluate(data=...)``) has no registered name; its caller gives the split."""
+    from .data import check_request, dataset_info, datasets
 
     specs = attack_specs(attack, eps, steps, step_size, param, suite)
+    registered = dataset in datasets
     if benchmark is None:
         benchmark = dataset_info(dataset).default_benchmark
     if benchmark == "adversarial" and not specs and (eps is not None or steps is not None or param):
@@ -134,8 +142,19 @@ def build_spec(model: str, *, attack: Union[None, str, Sequence[str]] = None, ep
     arch_kwargs.update(key_values(model_arg, "--model-arg"))
     bench_opts = key_values(bench_opt, "--bench-opt")
     options: Dict[str, Any] = {benchmark.replace("-", "_"): bench_opts} if bench_opts else {}
+    if registered and "imagenet_root" in dataset_info(dataset).options():
+        from .data.imagenet import IMAGENET_ROOT_ENV
+
+        imagenet_root = imagenet_root or os.environ.get(IMAGENET_ROOT_ENV) or None
     if imagenet_root:
-        options["dataset"] = {"imagenet_root": imagenet_root}
+        options["dataset"] = {"imagenet_root": str(imagenet_root)}
+    if registered:
+        asked = dict(options.get("dataset", {}))
+        asked.update({"subset": subset} if subset is not None else {})
+        asked.update({"skip_unreadable": True} if skip_unreadable else {})
+        split = check_request(dataset, split, data_root, asked)
+    elif split is None:  # neither registered nor a data object (those come with a split): name the valid ones
+        dataset_info(dataset)
     return RunSpec(
         model=model, checkpoint=checkpoint, dataset=dataset, split=split, data_root=data_root, protocol=protocol,
         attacks=specs, benchmark=benchmark, benchmark_options=options, suite=suite, limit=limit, subset=subset,

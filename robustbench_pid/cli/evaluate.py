@@ -25,8 +25,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--data-root", help="local dataset root (ImageNet family)")
     g.add_argument("--imagenet-root", help="ImageNet validation root, needed beside --data-root by imagenet-o (its "
                                            "in-distribution half) and by imagenet-c's clean condition "
-                                           "(default: $ROBUSTBENCH_PID_IMAGENET_ROOT)")
-    g.add_argument("--split", default="test")
+                                           "(default: $ROBUSTBENCH_PID_IMAGENET_ROOT; the root in use is recorded "
+                                           "in the spec and the run folder's hash)")
+    g.add_argument("--split", help="default: the dataset's own (digits: test, also train; imagenet: val; the "
+                                   "ImageNet-C/A/R/O/V2/Sketch test sets: test)")
     g.add_argument("--limit", type=int, help="evaluate only the first N samples")
     g.add_argument("--subset", type=int, help="a fixed, documented, seeded subset of N samples (recorded)")
     g.add_argument("--skip-unreadable", action="store_true",
