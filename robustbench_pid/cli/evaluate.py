@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any, Dict
 
 from ..specs import PRECISIONS, PROTOCOLS
 
@@ -80,27 +80,14 @@ def spec_options(args: argparse.Namespace) -> Dict[str, Any]:
     return {k: v for k, v in vars(args).items() if k in names}
 
 
-def attack_specs(args: argparse.Namespace) -> List[Any]:
-    """The attacks of these flags (the library's :func:`~robustbench_pid.spec_builder.attack_specs`)."""
-    from ..spec_builder import attack_specs as build
-
-    return build(args.attack, args.eps, args.steps, args.step_size, args.param, args.suite)
-
-
-def build_spec(args: argparse.Namespace) -> Any:
-    """The RunSpec of these flags: the CLI only parses; the library builds."""
-    from ..spec_builder import build_spec as build
-
-    return build(**spec_options(args))
-
-
 def run(args: argparse.Namespace) -> int:
     import pandas as pd
 
     from ..report_text import format_summary
     from ..runner import run as run_spec
+    from ..spec_builder import build_spec
 
-    spec = build_spec(args)
+    spec = build_spec(**spec_options(args))  # the CLI only parses; the library builds
     out = run_spec(spec)
     if spec.dry_run:
         return 0
