@@ -6,10 +6,11 @@ by ``import robustbench_pid.models`` (``load_model`` and the runner do it for yo
 """
 from __future__ import annotations
 
-import importlib
-import sys
-from types import ModuleType
-from typing import Any, List
+import importlib as _importlib
+import sys as _sys
+from types import ModuleType as _ModuleType
+from typing import Any as _Any
+from typing import List as _List
 
 __version__ = "0.1.0"
 
@@ -33,31 +34,31 @@ _LAZY = {
 __all__ = ["__version__", *_LAZY, "check"]
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> _Any:
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    value = getattr(_importlib.import_module(f".{module}", __name__), name)
     globals()[name] = value  # later look-ups skip this function
     return value
 
 
-def __dir__() -> List[str]:
-    return sorted({*globals(), *__all__})
+def __dir__() -> _List[str]:
+    return sorted(n for n in {*globals(), *__all__} if not n.startswith("_") or n.startswith("__"))
 
 
-class _Package(ModuleType):
+class _Package(_ModuleType):
     """``check`` is a submodule and a public function at once: the import system sets
     ``robustbench_pid.check = <module>`` when the submodule is first imported; the public name
     stays the function."""
 
     @property
-    def check(self) -> Any:
-        return importlib.import_module(f"{__name__}.check").check
+    def check(self) -> _Any:
+        return _importlib.import_module(f"{__name__}.check").check
 
     @check.setter
-    def check(self, module: ModuleType) -> None:
+    def check(self, module: _ModuleType) -> None:
         pass  # the submodule stays reachable as sys.modules["robustbench_pid.check"]
 
 
-sys.modules[__name__].__class__ = _Package
+_sys.modules[__name__].__class__ = _Package

@@ -11,7 +11,7 @@ import inspect
 import json
 import os
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Union
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 from .errors import UserError
 from .specs import AttackSpec, RunSpec
@@ -109,6 +109,30 @@ def attack_specs(attack: Union[None, str, Sequence[str]] = None, eps: EpsLike = 
     return specs
 
 
+def _dataset_request(dataset: str, split: Optional[str], data_root: Optional[str], imagenet_root: Optional[str],
+                     subset: Optional[int], skip_unreadable: bool) -> Tuple[str, Dict[str, Any]]:
+    """The split and the dataset options the spec records, checked against what the dataset takes."""
+    from .data import check_request, dataset_info, datasets
+
+    if dataset not in datasets:  # a data object (rbp.evaluate(data=...)) comes with its split
+        if split is None:
+            dataset_info(dataset)  # neither: the unknown name, listing the valid ones
+        given = [k for k, v in (("data_root", data_root), ("imagenet_root", imagenet_root), ("subset", subset),
+                                ("skip_unreadable", skip_unreadable)) if v]
+        if given:
+            raise UserError(f"{', '.join(given)}: options of the registered datasets; a data object is read "
+                            f"as it is (select samples with limit= or by slicing your data)")
+        return str(split), {}
+    if "imagenet_root" in dataset_info(dataset).options():
+        from .data.imagenet import IMAGENET_ROOT_ENV
+
+        imagenet_root = imagenet_root or os.environ.get(IMAGENET_ROOT_ENV) or None
+    options = {"imagenet_root": str(imagenet_root)} if imagenet_root else {}
+    asked = {**options, **({"subset": subset} if subset is not None else {}),
+             **({"skip_unreadable": True} if skip_unreadable else {})}
+    return check_request(dataset, split, data_root, asked), options
+
+
 def build_spec(model: str, *, attack: Union[None, str, Sequence[str]] = None, eps: EpsLike = None,
                dataset: str = "digits", checkpoint: Optional[str] = None, allow_pickle: bool = False,
                non_strict: bool = False, data_root: Optional[str] = None, imagenet_root: Optional[str] = None,
@@ -129,10 +153,9 @@ def build_spec(model: str, *, attack: Union[None, str, Sequence[str]] = None, ep
     always in the spec and in the run folder's hash. For a registered dataset, a split it lacks,
     a needless ``data_root`` and options it does not take are refused here, before any work.
     A data object (``rbp.evaluate(data=...)``) has no registered name; its caller gives the split."""
-    from .data import check_request, dataset_info, datasets
+    from .data import dataset_info
 
     specs = attack_specs(attack, eps, steps, step_size, param, suite)
-    registered = dataset in datasets
     if benchmark is None:
         benchmark = dataset_info(dataset).default_benchmark
     if benchmark == "adversarial" and not specs and (eps is not None or steps is not None or param):
@@ -142,19 +165,9 @@ def build_spec(model: str, *, attack: Union[None, str, Sequence[str]] = None, ep
     arch_kwargs.update(key_values(model_arg, "--model-arg"))
     bench_opts = key_values(bench_opt, "--bench-opt")
     options: Dict[str, Any] = {benchmark.replace("-", "_"): bench_opts} if bench_opts else {}
-    if registered and "imagenet_root" in dataset_info(dataset).options():
-        from .data.imagenet import IMAGENET_ROOT_ENV
-
-        imagenet_root = imagenet_root or os.environ.get(IMAGENET_ROOT_ENV) or None
-    if imagenet_root:
-        options["dataset"] = {"imagenet_root": str(imagenet_root)}
-    if registered:
-        asked = dict(options.get("dataset", {}))
-        asked.update({"subset": subset} if subset is not None else {})
-        asked.update({"skip_unreadable": True} if skip_unreadable else {})
-        split = check_request(dataset, split, data_root, asked)
-    elif split is None:  # neither registered nor a data object (those come with a split): name the valid ones
-        dataset_info(dataset)
+    split, dataset_options = _dataset_request(dataset, split, data_root, imagenet_root, subset, skip_unreadable)
+    if dataset_options:
+        options["dataset"] = dataset_options
     return RunSpec(
         model=model, checkpoint=checkpoint, dataset=dataset, split=split, data_root=data_root, protocol=protocol,
         attacks=specs, benchmark=benchmark, benchmark_options=options, suite=suite, limit=limit, subset=subset,
