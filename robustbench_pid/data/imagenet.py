@@ -467,7 +467,7 @@ datasets.add("imagenet-r", DatasetInfo(
     splits=("test",), needs_root=True, default_benchmark="restricted", factory=_restricted("imagenet-r", "r")))
 datasets.add("imagenet-o", DatasetInfo(
     "imagenet-o", "imagenet", 1000,
-    f"ImageNet-O (2,000 OOD) vs ImageNet val of its 200 wnids (10,000; --imagenet-root)",
+    "ImageNet-O (2,000 OOD) vs ImageNet val of its 200 wnids (10,000; --imagenet-root)",
     splits=("test",), needs_root=True, default_benchmark="ood", factory=_imagenet_o))
 datasets.add("imagenet-v2", DatasetInfo(
     "imagenet-v2", "imagenet", 1000, "ImageNetV2 (10,000), <root>/<0..999>/*.jpeg, label = int(folder)",
