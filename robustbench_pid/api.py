@@ -70,12 +70,18 @@ def evaluate(model: ModelLike, attack: Union[None, str, Sequence[str]] = None, e
     opts = _options(kw)
     obj_model = obj_data = None
     if data is not None:
+        from .data import datasets
         from .objects import as_data
+
+        if dataset in datasets:
+            raise UserError(f"dataset={dataset!r} is a registered dataset; with data= it only names your data in the "
+                            f"records: choose another name (default 'custom')")
 
         obj_data, hints = as_data(data, dataset or "custom")
         for k, v in hints.items():
             opts.setdefault(k, v)
         opts.setdefault("benchmark", "adversarial")
+        opts.setdefault("split", "custom")  # your object is the whole set: no registered splits
         if opts["benchmark"] != "adversarial":
             raise UserError(f"data= objects work with the adversarial benchmark; {opts['benchmark']!r} needs a "
                             f"registered dataset (dataset=NAME)")

@@ -1,4 +1,4 @@
-"""The embedded checkpoints folder (``checkpoints/`` at the repo root) and its manifest."""
+"""The embedded checkpoints folder (``robustbench_pid/embedded_checkpoints/``, package data) and its manifest."""
 from __future__ import annotations
 
 import json
@@ -13,7 +13,7 @@ MANIFEST = "manifest.json"
 
 def checkpoints_dir() -> Path:
     env = os.environ.get("ROBUSTBENCH_PID_CHECKPOINTS")
-    return Path(env) if env else Path(__file__).resolve().parents[1] / "checkpoints"
+    return Path(env) if env else Path(__file__).resolve().parent / "embedded_checkpoints"
 
 
 def read_manifest(folder: Path | None = None) -> Dict[str, Dict[str, Any]]:

@@ -22,8 +22,7 @@ from typing import Iterator, Optional, Sequence
 import torch
 
 from .errors import UserError
-
-PRECISIONS = ("fp32", "bf16", "fp16")
+from .specs import PRECISIONS
 
 
 def pick_device(name: str = "auto") -> torch.device:

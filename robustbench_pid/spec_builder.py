@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import inspect
 import json
+import os
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Union
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 from .errors import UserError
 from .specs import AttackSpec, RunSpec
@@ -108,10 +109,34 @@ def attack_specs(attack: Union[None, str, Sequence[str]] = None, eps: EpsLike = 
     return specs
 
 
+def _dataset_request(dataset: str, split: Optional[str], data_root: Optional[str], imagenet_root: Optional[str],
+                     subset: Optional[int], skip_unreadable: bool) -> Tuple[str, Dict[str, Any]]:
+    """The split and the dataset options the spec records, checked against what the dataset takes."""
+    from .data import check_request, dataset_info, datasets
+
+    if dataset not in datasets:  # a data object (rbp.evaluate(data=...)) comes with its split
+        if split is None:
+            dataset_info(dataset)  # neither: the unknown name, listing the valid ones
+        given = [k for k, v in (("data_root", data_root), ("imagenet_root", imagenet_root), ("subset", subset),
+                                ("skip_unreadable", skip_unreadable)) if v]
+        if given:
+            raise UserError(f"{', '.join(given)}: options of the registered datasets; a data object is read "
+                            f"as it is (select samples with limit= or by slicing your data)")
+        return str(split), {}
+    if "imagenet_root" in dataset_info(dataset).options():
+        from .data.imagenet import IMAGENET_ROOT_ENV
+
+        imagenet_root = imagenet_root or os.environ.get(IMAGENET_ROOT_ENV) or None
+    options = {"imagenet_root": str(imagenet_root)} if imagenet_root else {}
+    asked = {**options, **({"subset": subset} if subset is not None else {}),
+             **({"skip_unreadable": True} if skip_unreadable else {})}
+    return check_request(dataset, split, data_root, asked), options
+
+
 def build_spec(model: str, *, attack: Union[None, str, Sequence[str]] = None, eps: EpsLike = None,
                dataset: str = "digits", checkpoint: Optional[str] = None, allow_pickle: bool = False,
                non_strict: bool = False, data_root: Optional[str] = None, imagenet_root: Optional[str] = None,
-               split: str = "test", limit: Optional[int] = None, subset: Optional[int] = None,
+               split: Optional[str] = None, limit: Optional[int] = None, subset: Optional[int] = None,
                skip_unreadable: bool = False, benchmark: Optional[str] = None, suite: Optional[str] = None,
                steps: Optional[int] = None, step_size: Union[None, float, str] = None, param: KeyValues = None,
                protocol: str = "standard", lambda_p: Optional[float] = None, lambda_i: Optional[float] = None,
@@ -121,7 +146,13 @@ def build_spec(model: str, *, attack: Union[None, str, Sequence[str]] = None, ep
                compile: bool = False, workers: int = 0, shard: Optional[str] = None, quiet: bool = False,
                dry_run: bool = False) -> RunSpec:
     """The RunSpec for these settings (keywords = the ``evaluate`` flags with underscores; ``param``,
-    ``model_arg`` and ``bench_opt`` take a mapping or KEY=VALUE strings)."""
+    ``model_arg`` and ``bench_opt`` take a mapping or KEY=VALUE strings).
+
+    ``split=None``: the dataset's default split. ``imagenet_root=None``: ``$ROBUSTBENCH_PID_IMAGENET_ROOT``
+    for the datasets that read an ImageNet root (imagenet-o, imagenet-c), so the root in use is
+    always in the spec and in the run folder's hash. For a registered dataset, a split it lacks,
+    a needless ``data_root`` and options it does not take are refused here, before any work.
+    A data object (``rbp.evaluate(data=...)``) has no registered name; its caller gives the split."""
     from .data import dataset_info
 
     specs = attack_specs(attack, eps, steps, step_size, param, suite)
@@ -134,8 +165,9 @@ def build_spec(model: str, *, attack: Union[None, str, Sequence[str]] = None, ep
     arch_kwargs.update(key_values(model_arg, "--model-arg"))
     bench_opts = key_values(bench_opt, "--bench-opt")
     options: Dict[str, Any] = {benchmark.replace("-", "_"): bench_opts} if bench_opts else {}
-    if imagenet_root:
-        options["dataset"] = {"imagenet_root": imagenet_root}
+    split, dataset_options = _dataset_request(dataset, split, data_root, imagenet_root, subset, skip_unreadable)
+    if dataset_options:
+        options["dataset"] = dataset_options
     return RunSpec(
         model=model, checkpoint=checkpoint, dataset=dataset, split=split, data_root=data_root, protocol=protocol,
         attacks=specs, benchmark=benchmark, benchmark_options=options, suite=suite, limit=limit, subset=subset,

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 PROTOCOLS = ("standard", "paper")
+PRECISIONS = ("fp32", "bf16", "fp16")  # of the attack's forward/backward passes (verdicts are always fp32)
 
 
 @dataclass(frozen=True)

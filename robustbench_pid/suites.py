@@ -1,4 +1,4 @@
-"""Attack suites: declarative TOML files under the top-level ``attacks/`` folder.
+"""Attack suites: declarative TOML files in ``robustbench_pid/attack_suites/`` (package data), or any path.
 
     description = "..."
     [[attack]]
@@ -31,7 +31,7 @@ TOP_KEYS = {"description", "attack"}
 
 
 def suites_dir() -> Path:
-    return Path(__file__).resolve().parents[1] / "attacks"
+    return Path(__file__).resolve().parent / "attack_suites"
 
 
 def suite_names() -> List[str]:
@@ -51,7 +51,7 @@ def find_suite(name: str) -> Path:
 
 
 def load_suite(name: str) -> Dict[str, Any]:
-    """{'name', 'path', 'description', 'protocol', 'attacks': [AttackSpec, ...]}"""
+    """{'name', 'path', 'description', 'attacks': [AttackSpec, ...]}"""
     path = find_suite(name)
     try:
         data = tomllib.loads(path.read_text())
@@ -98,8 +98,4 @@ def load_suite(name: str) -> Dict[str, Any]:
             params = dict(entry) if eps is None else {**entry, "eps": eps}
             attack = cls.from_params(params, where=where)
             specs.append(AttackSpec(name_, attack.params()))
-    protocol = data.get("protocol")
-    if protocol is not None and protocol not in ("standard", "paper"):
-        raise UserError(f"{path}: key 'protocol' must be 'standard' or 'paper', got {protocol!r}")
-    return {"name": path.stem, "path": str(path), "description": data.get("description", ""),
-            "protocol": protocol, "attacks": specs}
+    return {"name": path.stem, "path": str(path), "description": data.get("description", ""), "attacks": specs}

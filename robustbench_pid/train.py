@@ -3,7 +3,7 @@
     robustbench-pid train --model deit
     robustbench-pid train --model pid_deit
 
-Writes ``checkpoints/<name>.safetensors`` (the bare network's state dict, timm key names) and a
+Writes ``robustbench_pid/embedded_checkpoints/<name>.safetensors`` (the bare network's state dict, timm key names) and a
 manifest entry: architecture and arguments, dataset and split, recipe, clean test top-1, sha256,
 library versions.
 
@@ -15,18 +15,16 @@ gives the same sha256; the manifest records all of it.
 """
 from __future__ import annotations
 
-import argparse
 import platform
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Dict, List, Optional
-
-import torch
-import torch.nn.functional as F
+from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
 from .checkpoints import checkpoints_dir, write_manifest_entry
-from .loaders import sha256_file
+
+if TYPE_CHECKING:
+    import torch
 
 
 @dataclass(frozen=True)
@@ -43,6 +41,9 @@ class Recipe:
 
 
 def _shift(x: torch.Tensor, max_shift: int, gen: torch.Generator) -> torch.Tensor:
+    import torch
+    import torch.nn.functional as F
+
     if max_shift <= 0:
         return x
     pad = F.pad(x, (max_shift,) * 4)
@@ -54,6 +55,8 @@ def _shift(x: torch.Tensor, max_shift: int, gen: torch.Generator) -> torch.Tenso
 
 def train(model: str, recipe: Recipe = Recipe(), out_dir: Optional[Path] = None,
           log: Any = print) -> Dict[str, Any]:
+    import torch
+
     threads, deterministic = torch.get_num_threads(), torch.are_deterministic_algorithms_enabled()
     torch.set_num_threads(recipe.threads)
     torch.use_deterministic_algorithms(True)
@@ -65,8 +68,12 @@ def train(model: str, recipe: Recipe = Recipe(), out_dir: Optional[Path] = None,
 
 
 def _train(model: str, recipe: Recipe, out_dir: Optional[Path], log: Any) -> Dict[str, Any]:
+    import torch
+    import torch.nn.functional as F
+
     from . import __version__
     from .data import load_dataset
+    from .loaders import sha256_file
     from .models.zoo import build_model, resolve_model
 
     torch.manual_seed(recipe.seed)
@@ -143,19 +150,3 @@ def _train(model: str, recipe: Recipe, out_dir: Optional[Path], log: Any) -> Dic
     write_manifest_entry(name, entry, out_dir)
     return entry
 
-
-def main(argv: Optional[List[str]] = None) -> int:
-    p = argparse.ArgumentParser(prog="robustbench-pid train", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model", required=True, choices=["deit", "pid_deit"])
-    p.add_argument("--out", type=Path, default=None, help="folder for the checkpoint (default: checkpoints/)")
-    for f, v in asdict(Recipe()).items():
-        p.add_argument(f"--{f.replace('_', '-')}", type=type(v), default=v)
-    a = p.parse_args(argv)
-    recipe = Recipe(**{f: getattr(a, f) for f in asdict(Recipe())})
-    train(a.model, recipe, a.out)
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

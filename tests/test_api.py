@@ -20,7 +20,7 @@ def _parser():
 
 
 def _cli_spec(argv):
-    return cmd.build_spec(_parser().parse_args(argv))
+    return build_spec(**cmd.spec_options(_parser().parse_args(argv)))
 
 
 def test_same_spec_as_the_command():

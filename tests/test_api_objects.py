@@ -171,6 +171,12 @@ def test_bad_objects_are_clear_errors(net, xy):
         rbp.evaluate(model=42, attack="fgsm")
     with pytest.raises(UserError, match="labels up to 10"):
         rbp.evaluate(model=n, mean=mean, std=std, data=(x, y + 1), attack="fgsm", device="cpu")
+    # options of the registered datasets are refused for data objects, not ignored
+    with pytest.raises(UserError, match="'digits' is a registered dataset; with data= it only names"):
+        rbp.evaluate(model=n, mean=mean, std=std, data=(x, y), dataset="digits", attack="fgsm")
+    for kw in ({"subset": 4}, {"skip_unreadable": True}, {"imagenet_root": "/x"}, {"data_root": "/x"}):
+        with pytest.raises(UserError, match=f"{next(iter(kw))}: options of the registered datasets"):
+            rbp.evaluate(model=n, mean=mean, std=std, data=(x, y), attack="fgsm", **kw)
 
 
 CHEAP = {"fgsm": {}, "pgd": {"steps": 1}, "pgd_l2": {"steps": 1, "eps": 0.5}, "sld": {"iterations": 1},

@@ -262,6 +262,17 @@ BAD_INPUT = {  # case -> (arguments, what the one error line must say, what it m
     "checkpoint_is_dir": (["--model", "deit", "--checkpoint", "{tmp}/ckdir"],
                           ["ckdir is a directory, not a checkpoint file", "ckdir/w.safetensors"], ["not found"]),
     "imagenet_o_without_root": (None, ["imagenet-o needs the ImageNet validation set too", "--imagenet-root DIR"], []),
+    # options a dataset does not take are refused, not silently ignored (digits: arrays in memory)
+    "skip_unreadable_on_digits": (["--model", "deit", "--skip-unreadable"],
+                                  ["dataset 'digits' does not take --skip-unreadable", "no image files", "drop it"], []),
+    "subset_on_digits": (["--model", "deit", "--subset", "10"],
+                         ["dataset 'digits' does not take --subset", "use --limit N"], []),
+    "imagenet_root_on_digits": (["--model", "deit", "--imagenet-root", "{tmp}"],
+                                ["dataset 'digits' does not take --imagenet-root", "only imagenet-o and imagenet-c"], []),
+    "data_root_on_digits": (["--model", "deit", "--data-root", "{tmp}"],
+                            ["dataset 'digits' is built in and reads no --data-root; drop it"], []),
+    "split_digits_lacks": (["--model", "deit", "--split", "val"],
+                           ["dataset 'digits' has no split 'val'; valid splits: test, train"], []),
 }
 
 

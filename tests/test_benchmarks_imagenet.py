@@ -9,7 +9,6 @@ import torch
 from sklearn.metrics import average_precision_score
 
 import robustbench_pid as rbp
-from robustbench_pid.data.imagenet import IMAGENET_ROOT_ENV
 from robustbench_pid.imagenet_info import ALEXNET_MEAN_ERR, CORRUPTIONS_15, imagenet_wnids, subset_indices, subset_wnids
 from robustbench_pid.metrics import mean_corruption_error, relative_mean_corruption_error
 from robustbench_pid.runner import run
@@ -73,18 +72,19 @@ def test_restricted_imagenet_r_masked_topk(tmp_path, ckpt):
     assert df[df.metric == "skipped_unreadable"].value.item() == 0
 
 
-def test_ood_imagenet_o_scores_and_aupr(tmp_path, monkeypatch, ckpt):
+def test_ood_imagenet_o_scores_and_aupr(tmp_path, ckpt):
     o = subset_wnids("o")
     tree(tmp_path / "o", [o[0], o[100]], per=20, size=(12, 12))  # 40 OOD : 200 in = the published 1:5
     tree(tmp_path / "in", list(o), per=1, size=(8, 8))
-    monkeypatch.setenv(IMAGENET_ROOT_ENV, str(tmp_path / "in"))
+    in_root = {"dataset": {"imagenet_root": str(tmp_path / "in")}}
     # --subset 36 keeps the published 1:5 OOD : in ratio -> 6 OOD + 30 in-distribution images
-    out = run(_spec(tmp_path, "imagenet-o", tmp_path / "o", benchmark="ood", ckpt=ckpt, subset=36))
+    out = run(_spec(tmp_path, "imagenet-o", tmp_path / "o", benchmark="ood", ckpt=ckpt, subset=36,
+                    benchmark_options=in_root))
     rec = rbp.load_records(out)
     assert len(rec) == 36 and rec["ood"].sum() == 6 and "score" in rec
     model = rbp.load_model(MODEL, ckpt, dataset="imagenet-o")
     ds = rbp.load_dataset("imagenet-o", "test", str(tmp_path / "o"), model_info=model.info, subset=36,
-                          subset_seed=0)
+                          subset_seed=0, imagenet_root=str(tmp_path / "in"))
     logits = _logits(model, ds)
     idx = torch.tensor(subset_indices("o"))
     score = -torch.softmax(logits[:, idx], 1).amax(1).numpy()
@@ -100,12 +100,12 @@ def test_ood_imagenet_o_scores_and_aupr(tmp_path, monkeypatch, ckpt):
 
 
 @pytest.mark.slow  # 76 work units: ~20-60 s on 2 busy cores
-def test_imagenet_c_mce_from_records(tmp_path, monkeypatch, ckpt):
+def test_imagenet_c_mce_from_records(tmp_path, ckpt):
     wn = [WN[3], WN[700]]
     _imagenet_c_tree(tmp_path / "c", wn, per=1)
     tree(tmp_path / "val", wn, per=1, size=(240, 240))
-    monkeypatch.setenv(IMAGENET_ROOT_ENV, str(tmp_path / "val"))
-    out = run(_spec(tmp_path, "imagenet-c", tmp_path / "c", benchmark="imagenet_c", chunk_size=4, ckpt=ckpt))
+    out = run(_spec(tmp_path, "imagenet-c", tmp_path / "c", benchmark="imagenet_c", chunk_size=4, ckpt=ckpt,
+                    benchmark_options={"dataset": {"imagenet_root": str(tmp_path / "val")}}))
     rec = rbp.load_records(out)
     assert len(rec) == 2 * (1 + 75)
     assert set(rec.condition) == {"clean"} | {f"{c}/{s}" for c in CORRUPTIONS_15 for s in range(1, 6)}

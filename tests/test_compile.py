@@ -78,10 +78,9 @@ def test_digits_benchmarks_run_compiled(tmp_path, eager_backend) -> None:
         assert len(a) >= 6
 
 
-def test_imagenet_benchmarks_run_compiled(tmp_path, monkeypatch, eager_backend) -> None:
+def test_imagenet_benchmarks_run_compiled(tmp_path, eager_backend) -> None:
     from safetensors.torch import save_file
 
-    from robustbench_pid.data.imagenet import IMAGENET_ROOT_ENV
     from robustbench_pid.imagenet_info import imagenet_wnids, subset_wnids
     from robustbench_pid.models.zoo import build_model
     from test_imagenet_datasets import _imagenet_c_tree, tree
@@ -96,11 +95,11 @@ def test_imagenet_benchmarks_run_compiled(tmp_path, monkeypatch, eager_backend) 
     tree(tmp_path / "in", list(o), per=1, size=(8, 8))
     _imagenet_c_tree(tmp_path / "c", [wn[3]], per=1, corruptions=["fog"], category=False)
     tree(tmp_path / "val", [wn[3]], per=1, size=(240, 240))
-    cases = [("imagenet-r", "restricted", tmp_path / "r", None, tmp_path / "in", {}),
-             ("imagenet-o", "ood", tmp_path / "o", 12, tmp_path / "in", {}),
-             ("imagenet-c", "imagenet_c", tmp_path / "c", None, tmp_path / "val", {"dataset": {"corruptions": ["fog"]}})]
-    for dataset, bench, root, subset, in_root, opts in cases:
-        monkeypatch.setenv(IMAGENET_ROOT_ENV, str(in_root))
+    cases = [("imagenet-r", "restricted", tmp_path / "r", None, {}),
+             ("imagenet-o", "ood", tmp_path / "o", 12, {"dataset": {"imagenet_root": str(tmp_path / "in")}}),
+             ("imagenet-c", "imagenet_c", tmp_path / "c", None,
+              {"dataset": {"corruptions": ["fog"], "imagenet_root": str(tmp_path / "val")}})]
+    for dataset, bench, root, subset, opts in cases:
         base = dict(model="timm:test_vit", checkpoint=str(ckpt), dataset=dataset, data_root=str(root),
                     benchmark=bench, batch_size=4, quiet=True, device="cpu", subset=subset, benchmark_options=opts)
         a = _records(run(RunSpec(out=tmp_path / f"{bench}-eager", **base)))

@@ -85,11 +85,12 @@ def test_imagenet_o_in_distribution_is_the_200_o_folders(tmp_path, monkeypatch):
     tree(tmp_path / "o", [o[3], o[150]], per=2)
     not_o = [w for w in WN if w not in o][:5]
     tree(tmp_path / "in" / "val", list(o) + not_o, per=1, size=(8, 8))
-    monkeypatch.delenv(IMAGENET_ROOT_ENV, raising=False)
-    with pytest.raises(UserError, match=IMAGENET_ROOT_ENV):
-        load_dataset("imagenet-o", "test", str(tmp_path / "o"), model_info=DEIT_INFO)
+    # the dataset reads no environment: the variable is only the default the spec builder fills in
     monkeypatch.setenv(IMAGENET_ROOT_ENV, str(tmp_path / "in"))
-    ds = load_dataset("imagenet-o", "test", str(tmp_path / "o"), model_info=DEIT_INFO)
+    with pytest.raises(UserError, match=f"--imagenet-root DIR.*default is \\${IMAGENET_ROOT_ENV}"):
+        load_dataset("imagenet-o", "test", str(tmp_path / "o"), model_info=DEIT_INFO)
+    ds = load_dataset("imagenet-o", "test", str(tmp_path / "o"), model_info=DEIT_INFO,
+                      imagenet_root=str(tmp_path / "in"))
     ind = [s for s, f in zip(ds.sample_ids, ds.ood) if not f]
     ood = [s for s, f in zip(ds.sample_ids, ds.ood) if f]
     assert len(ind) == 200 and len(ood) == 4
@@ -98,12 +99,13 @@ def test_imagenet_o_in_distribution_is_the_200_o_folders(tmp_path, monkeypatch):
     assert ds.logit_indices == list(subset_indices("o"))
     assert all(lab == WN.index(s.split("/")[1]) for s, lab in zip(ds.sample_ids, ds.labels))
     assert set(ds.conditions) == {"in", "ood"}
-    # the option wins over the environment; a missing O folder in the ImageNet root is named
+    # a missing O folder in the ImageNet root is named
     (tmp_path / "in2").mkdir()
     with pytest.raises(UserError, match=f"{o[0]}.*missing"):
         load_dataset("imagenet-o", "test", str(tmp_path / "o"), model_info=DEIT_INFO,
                      imagenet_root=str(tmp_path / "in2"))
-    sub = load_dataset("imagenet-o", "test", str(tmp_path / "o"), model_info=DEIT_INFO, subset=24, subset_seed=0)
+    sub = load_dataset("imagenet-o", "test", str(tmp_path / "o"), model_info=DEIT_INFO, subset=24, subset_seed=0,
+                       imagenet_root=str(tmp_path / "in"))
     assert sub.provenance["subset"]["n_ood"] == 1 and sub.provenance["subset"]["n_in"] == 23
 
 
@@ -141,8 +143,9 @@ def test_imagenet_c_clean_condition_from_imagenet_root(tmp_path, monkeypatch):
     wn = [WN[5]]
     _imagenet_c_tree(tmp_path / "c", wn, category=False)
     tree(tmp_path / "val", wn, per=1, size=(300, 300))
-    monkeypatch.setenv(IMAGENET_ROOT_ENV, str(tmp_path / "val"))
-    ds = load_dataset("imagenet-c", "test", str(tmp_path / "c"), model_info=DEIT_INFO)
+    monkeypatch.setenv(IMAGENET_ROOT_ENV, str(tmp_path / "val"))  # not read by the dataset: no clean condition
+    assert "clean" not in load_dataset("imagenet-c", "test", str(tmp_path / "c"), model_info=DEIT_INFO).conditions
+    ds = load_dataset("imagenet-c", "test", str(tmp_path / "c"), model_info=DEIT_INFO, imagenet_root=str(tmp_path / "val"))
     assert ds.conditions[0] == "clean" and ds.sample_ids[0] == f"clean/{wn[0]}/img_0.JPEG"
     assert ds[0][0].shape == (3, 224, 224) and ds.provenance["clean_transform"]["resize"] == 256
 
@@ -247,3 +250,79 @@ def test_unreadable_image_in_a_worker_gives_the_one_line_message(tmp_path):
             pass
     msg = str(info.value)
     assert msg.startswith(f"cannot read image {bad}") and "Traceback" not in msg
+
+
+def test_imagenet_root_env_is_only_the_option_default_and_is_in_the_spec_and_hash(tmp_path, monkeypatch):
+    from robustbench_pid.runner import default_out
+    from robustbench_pid.spec_builder import build_spec
+
+    def spec(dataset="imagenet-c", **kw):
+        root = {} if dataset == "digits" else {"data_root": str(tmp_path / "c")}
+        return build_spec("timm:test_vit", dataset=dataset, **root, **kw)
+
+    monkeypatch.delenv(IMAGENET_ROOT_ENV, raising=False)
+    without = spec()
+    assert "dataset" not in without.benchmark_options
+    monkeypatch.setenv(IMAGENET_ROOT_ENV, str(tmp_path / "val"))
+    with_env = spec()
+    assert with_env.benchmark_options["dataset"] == {"imagenet_root": str(tmp_path / "val")}
+    assert default_out(with_env) != default_out(without)  # another condition set, another run folder
+    assert with_env == spec(imagenet_root=str(tmp_path / "val"))  # the env var is exactly the option's default
+    explicit = spec(imagenet_root=str(tmp_path / "other"))
+    assert explicit.benchmark_options["dataset"] == {"imagenet_root": str(tmp_path / "other")}  # option wins
+    o = spec("imagenet-o")
+    assert o.benchmark_options["dataset"] == {"imagenet_root": str(tmp_path / "val")}
+    # datasets that read no ImageNet root ignore the variable entirely: same spec, same folder
+    for name in ("digits", "imagenet", "imagenet-a"):
+        a = spec(name)
+        monkeypatch.delenv(IMAGENET_ROOT_ENV)
+        assert spec(name) == a and "dataset" not in a.benchmark_options
+        monkeypatch.setenv(IMAGENET_ROOT_ENV, str(tmp_path / "val"))
+    # ... and refuse it when asked for explicitly
+    with pytest.raises(UserError, match="does not take --imagenet-root .*only imagenet-o and imagenet-c"):
+        spec("imagenet-a", imagenet_root=str(tmp_path / "val"))
+
+
+def test_every_dataset_states_its_splits_and_refuses_others(tmp_path):
+    from robustbench_pid.data import datasets
+    from robustbench_pid.spec_builder import build_spec
+
+    splits = {name: info.splits for name, info in datasets.items()}
+    assert splits == {"digits": ("test", "train"), "imagenet": ("val",),
+                      **{n: ("test",) for n in ("imagenet-a", "imagenet-c", "imagenet-o", "imagenet-r",
+                                                "imagenet-sketch", "imagenet-v2")}}
+    tree(tmp_path, [WN[0]], per=1)
+    with pytest.raises(UserError, match="dataset 'imagenet' has no split 'test'; valid splits: val"):
+        load_dataset("imagenet", "test", str(tmp_path), model_info=DEIT_INFO)
+    with pytest.raises(UserError, match="dataset 'imagenet-sketch' has no split 'val'; valid splits: test"):
+        load_dataset("imagenet-sketch", "val", str(tmp_path), model_info=DEIT_INFO)
+    assert len(load_dataset("imagenet", None, str(tmp_path), model_info=DEIT_INFO)) == 1  # its default: val
+    # the spec carries the dataset's own default split, checked before any work
+    assert build_spec("timm:test_vit", dataset="imagenet", data_root=str(tmp_path)).split == "val"
+    assert build_spec("timm:test_vit", dataset="imagenet-r", data_root=str(tmp_path)).split == "test"
+    assert build_spec("pid_deit").split == "test" and build_spec("pid_deit", split="train").split == "train"
+    with pytest.raises(UserError, match="has no split 'val'; valid splits: test, train"):
+        build_spec("pid_deit", split="val")
+
+
+@pytest.mark.parametrize("dataset,kw,needle", [
+    ("digits", {"skip_unreadable": True}, "'digits' does not take --skip-unreadable .*no image files"),
+    ("digits", {"subset": 10, "subset_seed": 0}, "'digits' does not take --subset .*use --limit N"),
+    ("imagenet", {"imagenet_root": "x"}, "'imagenet' does not take --imagenet-root .*only imagenet-o and imagenet-c"),
+    ("imagenet", {"corruptions": ["fog"]}, "'imagenet' does not take dataset option 'corruptions' .*its options: "
+                                           "subset, subset_seed, skip_unreadable"),
+    ("imagenet-c", {"severities": [1]}, "dataset option 'severities' .*corruptions, imagenet_root, clean"),
+])
+def test_unknown_dataset_options_are_refused(tmp_path, dataset, kw, needle):
+    root = None if dataset == "digits" else str(tmp_path)
+    with pytest.raises(UserError, match=needle):
+        load_dataset(dataset, None, root, model_info=DEIT_INFO, **kw)
+
+
+def test_a_data_root_for_a_built_in_dataset_is_refused(tmp_path):
+    from robustbench_pid.spec_builder import build_spec
+
+    with pytest.raises(UserError, match="'digits' is built in and reads no --data-root; drop it"):
+        load_dataset("digits", "test", str(tmp_path))
+    with pytest.raises(UserError, match="'digits' does not take --skip-unreadable"):
+        build_spec("pid_deit", skip_unreadable=True)  # refused when the spec is built, before any work

@@ -355,6 +355,7 @@ def test_timm_unknown_names(empty_hub_cache: Path) -> None:
 
 def test_evaluate_cli_args_checkpoint_and_sha_in_every_record(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     """End to end: refused without --allow-pickle (exit 2, one line), loaded with it, sha256 in every row."""
+    from robustbench_pid.checkpoints import checkpoints_dir
     from robustbench_pid.cli import evaluate_main
     from robustbench_pid.models.zoo import build_model
     from robustbench_pid.results import load_records
@@ -362,7 +363,7 @@ def test_evaluate_cli_args_checkpoint_and_sha_in_every_record(tmp_path: Path, ca
     from safetensors.torch import load_file as st_load
 
     net = build_model("deit_digits_patch4_32")
-    net.load_state_dict(st_load("checkpoints/deit_digits.safetensors"))
+    net.load_state_dict(st_load(str(checkpoints_dir() / "deit_digits.safetensors")))
     path = _args_checkpoint(net, tmp_path / "checkpoint.pth")
     base = ["--model", "deit", "--checkpoint", str(path), "--limit", "8", "--quiet"]
     assert evaluate_main(base + ["--out", str(tmp_path / "refused")]) == 2

@@ -76,3 +76,15 @@ def test_negative_eps_with_a_space_is_one_error_line(argv: List[str], capsys) ->
     assert evaluate_main(["--model", "pid_deit", "--attack", "pgd", *argv, "--limit", "4"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: eps '-") and "must be a finite number >= 0" in err[0]
+
+
+def test_readme_timm_registration_holds() -> None:
+    """README: ``import robustbench_pid.models`` registers our architectures with timm; a plain
+    ``import robustbench_pid`` does not import timm at all."""
+    assert "registered with timm by `import robustbench_pid.models`" in " ".join((ROOT / "README.md").read_text().split())
+    code = ("import sys, robustbench_pid\nassert 'timm' not in sys.modules\n"
+            "import timm, robustbench_pid.models\n"
+            "m = timm.create_model('pid_deit_tiny_patch16_224', num_classes=10, img_size=32)\n"
+            "assert type(m).__module__.startswith('robustbench_pid.') and m.num_classes == 10")
+    p = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr

@@ -17,7 +17,9 @@ from ..errors import UserError, write_error
 from ..registry import UnknownNameError
 
 
-def _verbs() -> Dict[str, ModuleType]:
+def verbs() -> Dict[str, ModuleType]:
+    """Verb name -> module. Verb modules import only argparse/pathlib/typing and torch-free project
+    modules at their top (library work is imported inside ``run``), so ``--help`` starts fast."""
     out: Dict[str, ModuleType] = {}
     for m in pkgutil.iter_modules(__path__):
         if m.name.startswith("_"):
@@ -68,15 +70,15 @@ def join_negative_values(argv: List[str]) -> List[str]:
 
 def main(argv: Optional[List[str]] = None) -> int:
     argv = join_negative_values([*(sys.argv[1:] if argv is None else argv)])  # `list` is a verb module here
-    verbs = _verbs()
+    modules = verbs()
     parser = argparse.ArgumentParser(prog="robustbench-pid", description="Robustness evaluation harness.")
     sub = parser.add_subparsers(dest="verb", metavar="VERB")
     sub.required = True
-    for name, mod in verbs.items():
+    for name, mod in modules.items():
         p = sub.add_parser(name, help=mod.HELP, description=mod.HELP)
         mod.add_arguments(p)
     args = parser.parse_args(argv)
-    return _guard(verbs[args.verb].run, args)
+    return _guard(modules[args.verb].run, args)
 
 
 def evaluate_main(argv: Optional[List[str]] = None) -> int:

@@ -3,13 +3,13 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any, Dict
+
+from ..specs import PRECISIONS, PROTOCOLS
 
 NAME = "evaluate"
 HELP = ("evaluate a model: clean accuracy plus attacks (--attack / --suite) or a benchmark, "
         "written as per-sample records + summary under results/")
-
-from ..spec_builder import PAPER_EPS_GRID, SWEEP_BY_DEFAULT  # noqa: F401  (kept importable from here)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -25,8 +25,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--data-root", help="local dataset root (ImageNet family)")
     g.add_argument("--imagenet-root", help="ImageNet validation root, needed beside --data-root by imagenet-o (its "
                                            "in-distribution half) and by imagenet-c's clean condition "
-                                           "(default: $ROBUSTBENCH_PID_IMAGENET_ROOT)")
-    g.add_argument("--split", default="test")
+                                           "(default: $ROBUSTBENCH_PID_IMAGENET_ROOT; the root in use is recorded "
+                                           "in the spec and the run folder's hash)")
+    g.add_argument("--split", help="default: the dataset's own (digits: test, also train; imagenet: val; the "
+                                   "ImageNet-C/A/R/O/V2/Sketch test sets: test)")
     g.add_argument("--limit", type=int, help="evaluate only the first N samples")
     g.add_argument("--subset", type=int, help="a fixed, documented, seeded subset of N samples (recorded)")
     g.add_argument("--skip-unreadable", action="store_true",
@@ -36,14 +38,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "(`robustbench-pid list benchmarks` lists them)")
     a = p.add_argument_group("attacks")
     a.add_argument("--attack", action="append", default=[], help="attack name (repeatable)")
-    a.add_argument("--suite", help="attack suite name (attacks/NAME.toml) or path to a .toml file")
+    a.add_argument("--suite", help="attack suite: a name (`robustbench-pid list suites`; shipped in robustbench_pid/attack_suites/) or a path to a .toml file")
     a.add_argument("--eps", help="comma-separated eps list, e.g. 1/255,2/255,4/255 (default: the papers' "
                                  "1/255..6/255 sweep for fgsm/pgd, the attack's default otherwise)")
     a.add_argument("--steps", type=int)
     a.add_argument("--step-size", type=str)
     a.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
                    help="any other attack setting (repeatable), e.g. --param random_start=false")
-    a.add_argument("--protocol", default="standard", choices=["standard", "paper"])
+    a.add_argument("--protocol", default="standard", choices=PROTOCOLS)
     m = p.add_argument_group("model arguments (recorded in results)")
     for k in ("lambda_p", "lambda_i", "lambda_d", "beta"):
         m.add_argument(f"--{k.replace('_', '-')}", type=float, dest=k, help="PID gain (PID models only)")
@@ -60,7 +62,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     r.add_argument("--chunk-size", type=int, default=512, help="samples per work unit (resume granularity)")
     r.add_argument("--seed", type=int, default=0)
     r.add_argument("--device", default="auto")
-    r.add_argument("--precision", default="fp32", choices=["fp32", "bf16", "fp16"],
+    r.add_argument("--precision", default="fp32", choices=PRECISIONS,
                    help="attack forward/backward precision on CUDA (verdicts always fp32)")
     r.add_argument("--compile", action="store_true", help="torch.compile the model for clean/verdict passes")
     r.add_argument("--workers", type=int, default=0, help="DataLoader workers")
@@ -78,27 +80,14 @@ def spec_options(args: argparse.Namespace) -> Dict[str, Any]:
     return {k: v for k, v in vars(args).items() if k in names}
 
 
-def attack_specs(args: argparse.Namespace) -> List[Any]:
-    """The attacks of these flags (the library's :func:`~robustbench_pid.spec_builder.attack_specs`)."""
-    from ..spec_builder import attack_specs as build
-
-    return build(args.attack, args.eps, args.steps, args.step_size, args.param, args.suite)
-
-
-def build_spec(args: argparse.Namespace) -> Any:
-    """The RunSpec of these flags: the CLI only parses; the library builds."""
-    from ..spec_builder import build_spec as build
-
-    return build(**spec_options(args))
-
-
 def run(args: argparse.Namespace) -> int:
     import pandas as pd
 
     from ..report_text import format_summary
     from ..runner import run as run_spec
+    from ..spec_builder import build_spec
 
-    spec = build_spec(args)
+    spec = build_spec(**spec_options(args))  # the CLI only parses; the library builds
     out = run_spec(spec)
     if spec.dry_run:
         return 0

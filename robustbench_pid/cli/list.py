@@ -26,7 +26,8 @@ def run(a: argparse.Namespace) -> int:
         from ..data import datasets
 
         for name, info in datasets.items():
-            print(f"{name:16s} family={info.family:9s} classes={info.num_classes:<5d} {info.description}")
+            print(f"{name:16s} family={info.family:9s} classes={info.num_classes:<5d} "
+                  f"splits={','.join(info.splits):10s} {info.description}")
     elif a.kind == "benchmarks":
         from ..benchmarks import benchmark_names, get_benchmark
 

@@ -62,18 +62,14 @@ class Digits(Dataset):
         return self.images[i], int(self.labels[i])
 
 
-def _factory(split: str, root: Optional[str], model_info: Dict[str, Any], subset: Optional[int] = None,
-             subset_seed: int = 0, **_: Any) -> Digits:
-    from ..errors import UserError
-
-    size = int(model_info.get("input_size", (3, SIZE, SIZE))[-1])
-    if subset is not None:
-        raise UserError("--subset is for the large datasets; on digits use --limit N")
-    return Digits(split, size=size)
+def _factory(split: str, root: Optional[str], model_info: Dict[str, Any]) -> Digits:
+    """No options: 360 test images need no subset (``--limit N``), and arrays in memory cannot be
+    unreadable; ``load_dataset`` refuses both flags."""
+    return Digits(split, size=int(model_info.get("input_size", (3, SIZE, SIZE))[-1]))
 
 
 datasets.add("digits", DatasetInfo(
     "digits", "digits", 10,
     "scikit-learn load_digits, 32x32x3 in [0,1], stratified 80/20 split (seed 0): 1437 train / 360 test",
-    splits=("train", "test"), factory=_factory,
+    splits=("test", "train"), factory=_factory,
 ))

@@ -19,9 +19,14 @@ model's config (DeiT: bicubic 256 -> 224), except ImageNet-C whose files are alr
 (CenterCrop(size) only, a no-op at 224: resizing them is the bug RobustBench fixed in its issue #59).
 The transform is recorded in ``.provenance``.
 
+Splits: ``imagenet`` is the labelled validation set (``val``; the test set's labels are not public);
+the robustness sets (-C, -A, -R, -O, -V2, -Sketch) are each one published test set (``test``).
+
 The ImageNet root for ImageNet-O's in-distribution half (and the optional clean condition of
-ImageNet-C) is the dataset option ``imagenet_root`` or the environment variable
-``ROBUSTBENCH_PID_IMAGENET_ROOT``.
+ImageNet-C) is the dataset option ``imagenet_root`` (``--imagenet-root``). The environment
+variable ``ROBUSTBENCH_PID_IMAGENET_ROOT`` is only that option's default, filled in when the spec
+is built (``spec_builder``), so the root is in the spec and the run folder's hash; nothing here
+reads the environment.
 
 ``subset=N`` (``--subset N``): the N samples at positions ``sorted(default_rng(seed).choice(len,
 N, replace=False))`` of the sorted file list (seed = ``--seed``, default 0); for ImageNet-C the
@@ -36,7 +41,6 @@ from __future__ import annotations
 
 import hashlib
 import math
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
@@ -227,8 +231,8 @@ def _finish(name: str, items: List[Item], tf: Any, desc: Dict[str, Any], root: P
     return ImageFiles(name, items, tf, prov, skip_unreadable=skip_unreadable, **kw)
 
 
-def _imagenet_val(root: Optional[str], model_info: Dict[str, Any], subset: Optional[int] = None,
-                  subset_seed: int = 0, skip_unreadable: bool = False, **_: Any) -> ImageFiles:
+def _imagenet_val(split: str, root: Optional[str], model_info: Dict[str, Any], subset: Optional[int] = None,
+                  subset_seed: int = 0, skip_unreadable: bool = False) -> ImageFiles:
     r = _descend(_root(root, "imagenet"), "val", "imagenet")
     tf, desc = eval_transform(model_info)
     items = scan_wnid_folders(r, "imagenet")
@@ -238,7 +242,7 @@ def _imagenet_val(root: Optional[str], model_info: Dict[str, Any], subset: Optio
 
 def _restricted(name: str, key: str):
     def factory(split: str, root: Optional[str], model_info: Dict[str, Any], subset: Optional[int] = None,
-                subset_seed: int = 0, skip_unreadable: bool = False, **_: Any) -> ImageFiles:
+                subset_seed: int = 0, skip_unreadable: bool = False) -> ImageFiles:
         r = _descend(_root(root, name), name, name)
         tf, desc = eval_transform(model_info)
         items = scan_wnid_folders(r, name, allowed=subset_wnids(key))
@@ -250,21 +254,20 @@ def _restricted(name: str, key: str):
 
 
 def imagenet_root_option(opt: Optional[str], who: str) -> Path:
-    val = opt or os.environ.get(IMAGENET_ROOT_ENV)
-    if not val:
+    if not opt:
         raise UserError(f"{who} needs the ImageNet validation set too: pass --imagenet-root DIR (the folder "
-                        f"holding val/<wnid>/*.JPEG or <wnid>/*.JPEG), or set {IMAGENET_ROOT_ENV}=DIR "
-                        f"(Python: the dataset option imagenet_root)")
-    p = Path(val).expanduser()
+                        f"holding val/<wnid>/*.JPEG or <wnid>/*.JPEG; its default is ${IMAGENET_ROOT_ENV}) "
+                        f"(Python: imagenet_root=DIR)")
+    p = Path(opt).expanduser()
     if not p.is_dir():
-        raise UserError(f"ImageNet root {p} (from --imagenet-root / {IMAGENET_ROOT_ENV} / imagenet_root) is not a "
+        raise UserError(f"ImageNet root {p} (--imagenet-root, default ${IMAGENET_ROOT_ENV}) is not a "
                         f"folder; pass --imagenet-root DIR with the ImageNet validation images")
     return _descend(p, "val", "imagenet")
 
 
 def _imagenet_o(split: str, root: Optional[str], model_info: Dict[str, Any], subset: Optional[int] = None,
-                subset_seed: int = 0, skip_unreadable: bool = False, imagenet_root: Optional[str] = None,
-                **_: Any) -> ImageFiles:
+                subset_seed: int = 0, skip_unreadable: bool = False,
+                imagenet_root: Optional[str] = None) -> ImageFiles:
     r = _descend(_root(root, "imagenet-o"), "imagenet-o", "imagenet-o")
     o_wnids = subset_wnids("o")
     ood = scan_wnid_folders(r, "imagenet-o", allowed=o_wnids, prefix="imagenet-o/", condition="ood", ood=True)
@@ -394,7 +397,7 @@ def _keys(root: Path) -> List[str]:
 
 def _imagenet_c(split: str, root: Optional[str], model_info: Dict[str, Any], subset: Optional[int] = None,
                 subset_seed: int = 0, skip_unreadable: bool = False, corruptions: Optional[Sequence[str]] = None,
-                imagenet_root: Optional[str] = None, clean: Optional[bool] = None, **_: Any) -> ImageNetCFiles:
+                imagenet_root: Optional[str] = None, clean: Optional[bool] = None) -> ImageNetCFiles:
     r = _root(root, "imagenet-c")
     folders = scan_imagenet_c(r, corruptions)
     conds: List[Tuple[str, Path]] = [(f"{c}/{s}", d / str(s)) for c, d in folders.items() for s in SEVERITIES]
@@ -413,7 +416,7 @@ def _imagenet_c(split: str, root: Optional[str], model_info: Dict[str, Any], sub
                            "n, k, replace=False)) (wnid, file) pairs in every condition"}
     tf, desc = eval_transform(model_info, resize=False)
     transforms: Dict[str, Any] = {}
-    want_clean = clean if clean is not None else bool(imagenet_root or os.environ.get(IMAGENET_ROOT_ENV))
+    want_clean = clean if clean is not None else bool(imagenet_root)
     if want_clean:
         val = imagenet_root_option(imagenet_root, "imagenet-c's clean condition")
         for k in keys:
@@ -427,7 +430,7 @@ def _imagenet_c(split: str, root: Optional[str], model_info: Dict[str, Any], sub
 
 
 def _imagenet_v2(split: str, root: Optional[str], model_info: Dict[str, Any], subset: Optional[int] = None,
-                 subset_seed: int = 0, skip_unreadable: bool = False, **_: Any) -> ImageFiles:
+                 subset_seed: int = 0, skip_unreadable: bool = False) -> ImageFiles:
     r = _root(root, "imagenet-v2")
     dirs = _subdirs(r)
     if not dirs:
@@ -443,36 +446,32 @@ def _imagenet_v2(split: str, root: Optional[str], model_info: Dict[str, Any], su
 
 
 def _imagenet_sketch(split: str, root: Optional[str], model_info: Dict[str, Any], subset: Optional[int] = None,
-                     subset_seed: int = 0, skip_unreadable: bool = False, **_: Any) -> ImageFiles:
+                     subset_seed: int = 0, skip_unreadable: bool = False) -> ImageFiles:
     r = _descend(_root(root, "imagenet-sketch"), "sketch", "imagenet-sketch")
     tf, desc = eval_transform(model_info)
     items = scan_wnid_folders(r, "imagenet-sketch")
     return _finish("imagenet-sketch", items, tf, desc, r, subset, subset_seed, skip_unreadable)
 
 
-def _val_factory(split: str, root: Optional[str], model_info: Dict[str, Any], **kw: Any) -> ImageFiles:
-    return _imagenet_val(root, model_info, **kw)
-
-
 datasets.add("imagenet", DatasetInfo(
     "imagenet", "imagenet", 1000, "ImageNet-1k validation (50,000), <root>/[val/]<wnid>/*.JPEG",
-    splits=("test", "val"), needs_root=True, default_benchmark="adversarial", factory=_val_factory))
+    splits=("val",), needs_root=True, default_benchmark="adversarial", factory=_imagenet_val))
 datasets.add("imagenet-c", DatasetInfo(
     "imagenet-c", "imagenet", 1000, "ImageNet-C, <root>/[<category>/]<corruption>/<1..5>/<wnid>/*.JPEG (224x224)",
-    splits=("test", "val"), needs_root=True, default_benchmark="imagenet_c", factory=_imagenet_c))
+    splits=("test",), needs_root=True, default_benchmark="imagenet_c", factory=_imagenet_c))
 datasets.add("imagenet-a", DatasetInfo(
     "imagenet-a", "imagenet", 1000, "ImageNet-A (7,500), <root>/<wnid>/*.jpg, 200 classes (masked logits)",
-    splits=("test", "val"), needs_root=True, default_benchmark="restricted", factory=_restricted("imagenet-a", "a")))
+    splits=("test",), needs_root=True, default_benchmark="restricted", factory=_restricted("imagenet-a", "a")))
 datasets.add("imagenet-r", DatasetInfo(
     "imagenet-r", "imagenet", 1000, "ImageNet-R (30,000), <root>/<wnid>/*.jpg, 200 classes (masked logits)",
-    splits=("test", "val"), needs_root=True, default_benchmark="restricted", factory=_restricted("imagenet-r", "r")))
+    splits=("test",), needs_root=True, default_benchmark="restricted", factory=_restricted("imagenet-r", "r")))
 datasets.add("imagenet-o", DatasetInfo(
     "imagenet-o", "imagenet", 1000,
-    f"ImageNet-O (2,000 OOD) vs ImageNet val of its 200 wnids (10,000; root in ${IMAGENET_ROOT_ENV})",
-    splits=("test", "val"), needs_root=True, default_benchmark="ood", factory=_imagenet_o))
+    "ImageNet-O (2,000 OOD) vs ImageNet val of its 200 wnids (10,000; --imagenet-root)",
+    splits=("test",), needs_root=True, default_benchmark="ood", factory=_imagenet_o))
 datasets.add("imagenet-v2", DatasetInfo(
     "imagenet-v2", "imagenet", 1000, "ImageNetV2 (10,000), <root>/<0..999>/*.jpeg, label = int(folder)",
-    splits=("test", "val"), needs_root=True, default_benchmark="adversarial", factory=_imagenet_v2))
+    splits=("test",), needs_root=True, default_benchmark="adversarial", factory=_imagenet_v2))
 datasets.add("imagenet-sketch", DatasetInfo(
     "imagenet-sketch", "imagenet", 1000, "ImageNet-Sketch (50,889), <root>/[sketch/]<wnid>/*.JPEG",
-    splits=("test", "val"), needs_root=True, default_benchmark="adversarial", factory=_imagenet_sketch))
+    splits=("test",), needs_root=True, default_benchmark="adversarial", factory=_imagenet_sketch))
