@@ -92,8 +92,9 @@ def main() -> None:
         ta = None
 
     # the harness's whole work unit: data batches, clean pass, attack, verdict pass, records
-    from robustbench_pid.benchmarks import Unit, get_benchmark
-    from robustbench_pid.runner import Context
+    from robustbench_pid.benchmarks import get_benchmark
+    from robustbench_pid.specs import Unit
+    from robustbench_pid.run_context import Context
     from robustbench_pid.specs import RunSpec
 
     class _Ctx(Context):

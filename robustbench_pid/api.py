@@ -127,12 +127,11 @@ def attack(model: ModelLike, x: torch.Tensor, y: torch.Tensor, name: str, eps: O
     import json
 
     from .attacks import make_attack
-    from .benchmarks import Unit
     from .benchmarks.adversarial import attack_batches, protocol_params
     from .device import check_precision, pick_device
     from .objects import complete_info, wrap_model
-    from .runner import Context, unit_rng, unit_seed
-    from .specs import PROTOCOLS, RunSpec
+    from .run_context import Context, unit_rng, unit_seed
+    from .specs import PROTOCOLS, RunSpec, Unit
 
     if protocol not in PROTOCOLS:
         raise UserError(f"unknown protocol {protocol!r}; valid: {', '.join(PROTOCOLS)}")

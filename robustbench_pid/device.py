@@ -16,12 +16,12 @@ scatter/gather would serialise the attack's many small forward/backward passes).
 from __future__ import annotations
 
 import contextlib
-import os
 from typing import Iterator, Optional, Sequence
 
 import torch
 
 from .errors import UserError
+from .launcher import local_gpu
 from .specs import PRECISIONS
 
 
@@ -43,18 +43,13 @@ def pick_device(name: str = "auto") -> torch.device:
 
 
 def _local_cuda(index: Optional[int]) -> torch.device:
-    """The GPU of this process: the explicit index, else LOCAL_RANK (torchrun), else SLURM_LOCALID
-    when this task sees several GPUs (``srun`` tasks sharing a node's GPUs), else the current one."""
+    """The GPU of this process: the explicit index, else the launcher's (``launcher.local_gpu``),
+    else the current one."""
     count = torch.cuda.device_count()
     if index is None:
-        local = os.environ.get("LOCAL_RANK")
-        slurm_local = os.environ.get("SLURM_LOCALID")
-        if local is not None:
-            index = int(local)
-        elif slurm_local is not None and count > 1 and int(slurm_local) < count:
-            index = int(slurm_local)
-        else:
-            index = torch.cuda.current_device()
+        index = local_gpu(count)
+    if index is None:
+        index = torch.cuda.current_device()
     if not 0 <= index < count:
         raise UserError(f"GPU {index} requested (LOCAL_RANK or --device) but this machine has {count}; "
                         f"start at most {count} processes per node (torchrun --nproc_per_node {count})")

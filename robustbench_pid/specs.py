@@ -1,13 +1,31 @@
 """Specs: what to evaluate. Data flows one way: spec -> model + data -> runner -> records -> tables."""
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 PROTOCOLS = ("standard", "paper")
 PRECISIONS = ("fp32", "bf16", "fp16")  # of the attack's forward/backward passes (verdicts are always fp32)
+
+
+@dataclass(frozen=True)
+class Unit:
+    """A piece of work whose records depend only on what its key hashes."""
+
+    benchmark: str
+    attack: str  # "clean", an attack name, or a benchmark-specific condition family
+    eps: float
+    params: str  # canonical JSON of the settings
+    condition: str  # benchmark-specific (e.g. "gaussian_noise/3"); "" for attacks
+    start: int  # sample positions [start, stop) within the evaluated set
+    stop: int
+    key: str = ""
+
+
+def chunks(n: int, size: int) -> List[Tuple[int, int]]:
+    """Sample ranges [start, stop) of ``size`` (the last one shorter) covering ``n`` samples."""
+    return [(s, min(n, s + size)) for s in range(0, n, size)]
 
 
 @dataclass(frozen=True)
@@ -16,9 +34,6 @@ class AttackSpec:
 
     attack: str
     params: Dict[str, Any] = field(default_factory=dict)
-
-    def key(self) -> str:
-        return json.dumps({"attack": self.attack, "params": self.params}, sort_keys=True, default=str)
 
 
 @dataclass

@@ -16,9 +16,9 @@ def fail_write(monkeypatch, at: int, err: int = errno.ENOSPC, only: Optional[str
     """From now on, the ``at``-th write (1-based; counting only targets whose name contains
     ``only``) raises ``OSError(err)``. Returns the list of target names written or attempted, in
     order, so a test can also check which files a step writes and in which order."""
-    from robustbench_pid import runner
+    from robustbench_pid import run_files
 
-    real = runner._write_file
+    real = run_files._write_file
     seen: List[str] = []
 
     def faulty(tmp, data, durable):
@@ -29,5 +29,5 @@ def fail_write(monkeypatch, at: int, err: int = errno.ENOSPC, only: Optional[str
                 raise OSError(err, os.strerror(err))
         real(tmp, data, durable)
 
-    monkeypatch.setattr(runner, "_write_file", faulty)
+    monkeypatch.setattr(run_files, "_write_file", faulty)
     return seen

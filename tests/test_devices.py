@@ -11,9 +11,9 @@ import torch
 
 from robustbench_pid.attacks import make_attack
 from robustbench_pid.attacks.base import draw
-from robustbench_pid.benchmarks import Unit
-from robustbench_pid.runner import prepare, run, unit_seed
-from robustbench_pid.specs import AttackSpec, RunSpec
+from robustbench_pid.run_context import prepare, unit_seed
+from robustbench_pid.runner import run
+from robustbench_pid.specs import AttackSpec, RunSpec, Unit
 
 CUDA = torch.cuda.is_available()
 needs_cuda = pytest.mark.skipif(not CUDA, reason="needs a CUDA device (this machine has none)")

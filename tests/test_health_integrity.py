@@ -10,9 +10,9 @@ import pandas as pd
 import pytest
 import torch
 
-from robustbench_pid.benchmarks import Unit
 from robustbench_pid.diagnostics import check_attack_moved, check_constant_predictions, diagnose
 from robustbench_pid.health import NonFiniteError, check_finite
+from robustbench_pid.specs import Unit
 
 
 def _ctx(model: str = "m") -> SimpleNamespace:

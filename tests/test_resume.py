@@ -15,7 +15,9 @@ import pandas as pd
 import pytest
 import torch
 
-from robustbench_pid.runner import Claims, IncompleteRun, merge, run
+from robustbench_pid.claims import Claims
+from robustbench_pid.merge import IncompleteRun, merge
+from robustbench_pid.runner import run
 from robustbench_pid.specs import RunSpec
 
 from conftest import small_pgd_spec

@@ -16,7 +16,9 @@ import torch
 
 from robustbench_pid.cli import main as cli_main
 from robustbench_pid.errors import UserError
-from robustbench_pid.runner import clean_stale_temps, prepare, run, write_parquet_atomic
+from robustbench_pid.run_context import prepare
+from robustbench_pid.run_files import clean_stale_temps, write_parquet_atomic
+from robustbench_pid.runner import run
 from robustbench_pid.specs import AttackSpec, RunSpec
 
 
@@ -59,8 +61,8 @@ def test_unit_passes_by_attack() -> None:
     import json
 
     from robustbench_pid.attacks import make_attack
-    from robustbench_pid.benchmarks import Unit
-    from robustbench_pid.runner import unit_passes
+    from robustbench_pid.specs import Unit
+    from robustbench_pid.dryrun import unit_passes
 
     def passes(name: str, **kw) -> tuple:
         js = json.dumps(make_attack(name, **kw).params(), sort_keys=True)
@@ -69,6 +71,12 @@ def test_unit_passes_by_attack() -> None:
     assert unit_passes(None, Unit("adversarial", "clean", 0.0, "{}", "", 0, 10, "k")) == (1, 0)
     assert passes("fgsm", eps=0.01) == (2, 1)  # clean + verdict forward, one gradient
     assert passes("pgd", eps=0.01, steps=20) == (2, 20)
+    # attacks whose cost has another shape say so themselves (Attack.passes overrides)
+    assert passes("cw", steps=10, search_steps=3) == (2, 30)
+    assert passes("spsa", eps=0.01, iterations=5, n_samples=8) == (2 + 5 * 2 * 8, 0)  # +d and -d probes
+    assert passes("square", eps=0.01, n_queries=100, restarts=2) == (2 + 200, 0)
+    assert passes("autoattack", eps=0.01) == (2 + 5000, 1900)
+    assert passes("noise", eps=0.01) == (2, 0)
 
 
 def test_dry_run_marks_done_units(tmp_path: Path, capsys) -> None:

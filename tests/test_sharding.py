@@ -15,7 +15,9 @@ import torch
 
 from robustbench_pid.cli import main as cli_main
 from robustbench_pid.errors import UserError
-from robustbench_pid.runner import IncompleteRun, merge, run, shard_of
+from robustbench_pid.launcher import launch
+from robustbench_pid.merge import IncompleteRun, merge
+from robustbench_pid.runner import run
 from robustbench_pid.specs import RunSpec
 
 from conftest import small_pgd_spec
@@ -151,31 +153,40 @@ def test_merge_rejects_duplicated_or_foreign_samples(tmp_path: Path, reference: 
     pd.testing.assert_frame_equal(records(out), records(reference), check_exact=True)
 
 
-def test_shard_of_environments(monkeypatch) -> None:
-    for k in ("RANK", "WORLD_SIZE", "SLURM_ARRAY_TASK_ID", "SLURM_ARRAY_TASK_COUNT", "SLURM_ARRAY_TASK_MIN"):
+def test_launch_reads_shard_from_flag_torchrun_or_slurm(monkeypatch) -> None:
+    for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "SLURM_ARRAY_TASK_ID", "SLURM_ARRAY_TASK_COUNT",
+              "SLURM_ARRAY_TASK_MIN"):
         monkeypatch.delenv(k, raising=False)
-    s = RunSpec(model="deit")
-    assert shard_of(s) == (0, 1)
+
+    def shard(flag=None):
+        got = launch(flag)
+        return got.kind, got.index, got.count
+
+    assert shard() == ("single", 0, 1)
     monkeypatch.setenv("SLURM_ARRAY_TASK_ID", "12")
     monkeypatch.setenv("SLURM_ARRAY_TASK_MIN", "10")
     monkeypatch.setenv("SLURM_ARRAY_TASK_COUNT", "4")
-    assert shard_of(s) == (2, 4)
+    assert shard() == ("slurm-array", 2, 4)
     monkeypatch.setenv("RANK", "3")
     monkeypatch.setenv("WORLD_SIZE", "8")
-    assert shard_of(s) == (3, 8)  # torchrun wins over the array (torchrun inside an array task)
-    assert shard_of(RunSpec(model="deit", shard="1/2")) == (1, 2)  # explicit wins over both
+    assert shard() == ("torchrun", 3, 8)  # torchrun wins over the array (torchrun inside an array task)
+    assert launch(None).is_torchrun and launch(None).leads_node  # no LOCAL_RANK: speaks for its node
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    assert not launch(None).leads_node
+    assert shard("1/2") == ("shard", 1, 2)  # explicit wins over both
+    assert not launch("1/2").is_torchrun
     monkeypatch.setenv("RANK", "8")
     with pytest.raises(UserError, match="shard 8 of 8"):
-        shard_of(s)
+        launch(None)
     for bad in ("2/2", "1-2", "a/b", "-1/3"):
         with pytest.raises(UserError, match="--shard"):
-            shard_of(RunSpec(model="deit", shard=bad))
+            launch(bad)
 
 
 def test_shards_partition_the_plan_exactly(tmp_path: Path, reference: Path) -> None:
-    from robustbench_pid.runner import _unit_from, shard_units
+    from robustbench_pid.plan import shard_units, unit_from_dict
 
-    units = [_unit_from(d) for d in json.loads((reference / "plan.json").read_text())["units"]]
+    units = [unit_from_dict(d) for d in json.loads((reference / "plan.json").read_text())["units"]]
     for n in (1, 2, 3, 7, 40):
         parts = [shard_units(units, i, n) for i in range(n)]
         keys = [u.key for p in parts for u in p]
@@ -184,8 +195,8 @@ def test_shards_partition_the_plan_exactly(tmp_path: Path, reference: Path) -> N
 
 
 def test_exactly_once_check_on_synthetic_units() -> None:
-    from robustbench_pid.benchmarks import Unit
-    from robustbench_pid.runner import check_records
+    from robustbench_pid.specs import Unit
+    from robustbench_pid.merge import check_records
 
     ids = [f"s{i}" for i in range(6)]
 
@@ -209,13 +220,14 @@ def test_rank0_waits_while_claims_beat_and_gives_up_without(tmp_path: Path, monk
     import threading
     import time
 
-    from robustbench_pid.benchmarks import Unit
-    from robustbench_pid.runner import _wait_for_units, unit_done
+    from robustbench_pid.specs import Unit
+    from robustbench_pid.claims import wait_for_units
+    from robustbench_pid.run_files import unit_done
 
     monkeypatch.setenv("ROBUSTBENCH_PID_CLAIM_TIMEOUT", "0.3")
     u = Unit("adversarial", "clean", 0.0, "{}", "", 0, 10, "a" * 64)
     t = time.time()
-    _wait_for_units(tmp_path, [u], quiet=True)  # nothing running anywhere: give up after the timeout
+    wait_for_units(tmp_path, [u], quiet=True)  # nothing running anywhere: give up after the timeout
     assert not unit_done(tmp_path, u.key) and time.time() - t < 3
     claim = tmp_path / f"{u.key}.claim"
     claim.write_text("{}")
@@ -230,6 +242,20 @@ def test_rank0_waits_while_claims_beat_and_gives_up_without(tmp_path: Path, monk
     th = threading.Thread(target=other_rank)
     t = time.time()
     th.start()
-    _wait_for_units(tmp_path, [u], quiet=True)
+    wait_for_units(tmp_path, [u], quiet=True)
     th.join()
     assert unit_done(tmp_path, u.key) and time.time() - t >= 1.2
+
+
+def test_merge_module_imports_no_torch() -> None:
+    """``merge`` runs where no model is loaded: its modules (plan, run files, checks, summaries) do
+    not import torch (checked with the package's own __init__ bypassed, which loads the zoo)."""
+    code = ("import importlib.util, sys, types\n"
+            "spec = importlib.util.find_spec('robustbench_pid')\n"
+            "pkg = types.ModuleType('robustbench_pid'); pkg.__path__ = list(spec.submodule_search_locations)\n"
+            "sys.modules['robustbench_pid'] = pkg\n"
+            "import robustbench_pid.merge, robustbench_pid.cli.merge\n"
+            "print(sorted(m for m in sys.modules if m == 'torch' or m.startswith('torch.')))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+    assert out.stdout.strip() == "[]"

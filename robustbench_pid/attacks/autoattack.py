@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from typing import Tuple
 
 import torch
 
@@ -37,6 +38,10 @@ class AutoAttack(Attack):
     version: str = "standard"
 
     label = "AutoAttack"
+
+    def passes(self) -> Tuple[float, float]:
+        """Standard AutoAttack: APGD-CE 100 + APGD-T 9 x 100 + FAB-T 9 x 100 steps, Square 5000 queries."""
+        return 5000.0, float(100 + 900 + 900)
 
     def describe(self) -> str:
         return f"AutoAttack ({self.version})"

@@ -61,6 +61,7 @@ class Attack:
     label: ClassVar[str] = ""  # short display name (FGSM, PGD, ...); the registered name upper-cased if empty
     # settings that change speed or memory but never a result: left out of a condition's identity
     not_identity: ClassVar[Tuple[str, ...]] = ()
+    paper_eps: ClassVar[Optional[float]] = None  # the eps the PIDformer / RPC papers report, if they ran it
 
     eps: float = 3 / 255
     stats: Dict[str, torch.Tensor] = field(default_factory=dict, init=False, repr=False, compare=False)
@@ -127,6 +128,18 @@ class Attack:
     def describe(self) -> str:
         """A readable label of the settings that change results, e.g. ``PGD-20 (step 2.5·eps/20, ...)``."""
         return self.label_for(self.params())
+
+    def passes(self) -> Tuple[float, float]:
+        """(forward-only, forward+backward) passes per sample if every sample is attacked to the
+        end (early stopping lowers it): ``restarts`` x ``steps`` gradient passes, or for a
+        gradient-free attack ``restarts`` x ``iterations`` x ``n_samples`` forward passes.
+        Attacks whose cost has another shape override it."""
+        p = self.params()
+        restarts = max(1, int(p.get("restarts", 1) or 1))
+        steps = p.get("steps", p.get("iterations"))
+        if not self.uses_gradients:
+            return float(restarts * int(steps or 0) * max(1, int(p.get("n_samples", 1) or 1))), 0.0
+        return 0.0, float(restarts * (int(steps) if steps is not None else 1))
 
     # --- running --------------------------------------------------------------------------
     def __call__(self, model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, *,

@@ -17,6 +17,7 @@ eps 1.0 (pixel units, L2; not bounded by 1). cleverhans runs 1,000 iterations pe
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Tuple
 
 import torch
 
@@ -39,6 +40,10 @@ class CW(Attack):
     lr: float = 0.01
 
     label = "CW-L2"
+
+    def passes(self) -> Tuple[float, float]:
+        """``steps`` gradient steps per binary-search step for c."""
+        return 0.0, float(self.steps * self.search_steps)
 
     def describe(self) -> str:
         return (f"CW-L2-{self.steps} ({self.search_steps} search steps, c0 {self.c_init:g}, "

@@ -18,6 +18,7 @@ class FGSM(Attack):
     eps: float = 3 / 255
 
     label = "FGSM"
+    paper_eps = 3 / 255
 
     def describe(self) -> str:
         return "FGSM"

@@ -24,6 +24,7 @@ class Noise(Attack):
     eps: float = 0.3  # cleverhans' default, as the papers ran it
 
     label = "Noise"
+    paper_eps = 0.3
 
     def describe(self) -> str:
         return "Noise (uniform in the eps-ball)"

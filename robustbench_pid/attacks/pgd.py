@@ -35,6 +35,7 @@ class PGD(Attack):
     stop_topk: int = 5
 
     label = "PGD"
+    paper_eps = 3 / 255
 
     def describe(self) -> str:
         if self.step_size is not None:

@@ -69,6 +69,7 @@ class SLD(Attack):
     random_start: bool = False
 
     label = "SLD"
+    paper_eps = 10.0
 
     def describe(self) -> str:
         parts = [f"step {self.step_size:g}", f"q {self.q:g}"]

@@ -31,6 +31,7 @@ Defaults are the papers' settings: eps 0.1, 40 iterations, lr 0.01, delta 0.01, 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Tuple
 
 import torch
 
@@ -65,7 +66,12 @@ class SPSA(Attack):
     max_batch: int = 0  # images per forward pass; 0: by device (memory and speed only, never the result)
 
     label = "SPSA"
+    paper_eps = 0.1
     not_identity = ("max_batch",)
+
+    def passes(self) -> Tuple[float, float]:
+        """Each iteration probes ``n_samples`` directions at +d and -d."""
+        return float(self.iterations * 2 * self.n_samples), 0.0
 
     def describe(self) -> str:
         parts = [f"{self.n_samples} directions", f"lr {self.lr:g}", f"δ {self.fd_delta:g}",

@@ -15,6 +15,7 @@ schedule rescaling. Only top-1 is attacked (the reported top-5 under Square is a
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Tuple
 
 import torch
 
@@ -46,6 +47,10 @@ class Square(Attack):
     rescale_schedule: bool = False
 
     label = "Square"
+
+    def passes(self) -> Tuple[float, float]:
+        """One forward pass per query and restart."""
+        return float(self.n_queries * max(1, self.restarts)), 0.0
 
     def describe(self) -> str:
         parts = [f"p_init {self.p_init:g}", f"{self.restarts} restart{'s' if self.restarts != 1 else ''}"]

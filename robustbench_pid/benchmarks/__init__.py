@@ -1,31 +1,35 @@
 """Benchmarks: one module each. A benchmark plans work units, runs one unit into per-sample
-records, and turns records into tidy metric rows. ``adversarial`` (clean + attacks) is the default.
+records; its tidy metric rows come from ``robustbench_pid.summaries`` (pandas only, so result
+readers never import torch). ``adversarial`` (clean + attacks) is the default.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Callable, ClassVar, Dict, List
+from typing import Any, Callable, ClassVar, Dict, Iterable, List, Mapping, NamedTuple, Sequence, Tuple, Union
 
+import numpy as np
 import pandas as pd
+import torch
 
 from ..registry import Registry
+from ..specs import Unit
 
 
-@dataclass(frozen=True)
-class Unit:
-    """A piece of work whose records depend only on what its key hashes."""
+class Batch(NamedTuple):
+    """A batch of a unit's samples on the run's device, as ``Context.batches`` yields it."""
 
-    benchmark: str
-    attack: str  # "clean", an attack name, or a benchmark-specific condition family
-    eps: float
-    params: str  # canonical JSON of the settings
-    condition: str  # benchmark-specific (e.g. "gaussian_noise/3"); "" for attacks
-    start: int  # sample positions [start, stop) within the evaluated set
-    stop: int
-    key: str = ""
+    x: torch.Tensor
+    y: torch.Tensor
+    sample_ids: List[str]
+
+
+# a record column of one batch: per-sample values (a tensor, array or list) or one value for all
+Column = Union[torch.Tensor, np.ndarray, Sequence[Any], str, int, float, bool, None]
 
 
 class Benchmark:
+    """A benchmark states what differs: its units (``plan``), its batches (``batches``, the unit's
+    samples by default) and one batch's records (``records``); ``run_unit`` is the shared loop."""
+
     name: ClassVar[str] = ""
     # tidy metric rows are grouped by these record columns
     group_cols: ClassVar[List[str]] = ["attack", "eps"]
@@ -35,11 +39,47 @@ class Benchmark:
     def plan(self, ctx: Any) -> List[Unit]:
         raise NotImplementedError
 
-    def run_unit(self, ctx: Any, unit: Unit) -> pd.DataFrame:
+    def batches(self, ctx: Any, unit: Unit) -> Iterable[Any]:
+        """What ``records`` is called on, batch by batch; each has ``sample_ids``."""
+        return ctx.batches(unit)
+
+    def records(self, ctx: Any, unit: Unit, batch: Any) -> Union[Mapping[str, Column], pd.DataFrame]:
+        """One batch's records: column -> per-sample values (tensors may stay on the device: they
+        are gathered once per unit) or a scalar for every sample; or a finished DataFrame."""
         raise NotImplementedError
 
-    def summarize(self, records: pd.DataFrame) -> pd.DataFrame:
-        raise NotImplementedError
+    def run_unit(self, ctx: Any, unit: Unit) -> pd.DataFrame:
+        """The unit's records, batch after batch, in sample order."""
+        parts: List[Union[Mapping[str, Column], pd.DataFrame]] = []
+        for batch in self.batches(ctx, unit):
+            parts.append(self.records(ctx, unit, batch))
+            ctx.advance(len(batch.sample_ids))
+        return gather(parts)
+
+    def passes(self, ctx: Any, unit: Unit) -> Tuple[float, float]:
+        """(forward-only, forward+backward) passes per sample in the worst case (the dry run's
+        estimate): one forward pass unless a benchmark says otherwise."""
+        return 1.0, 0.0
+
+
+def gather(parts: Sequence[Union[Mapping[str, Column], pd.DataFrame]]) -> pd.DataFrame:
+    """One frame of the batches' records. Columns that are device tensors in every batch are
+    concatenated on the device and copied to the host once per unit (one sync, not one per batch
+    and column); the rest are framed per batch as pandas would (scalars broadcast)."""
+    if not parts or all(isinstance(p, pd.DataFrame) for p in parts):
+        return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
+    names = list(parts[0])
+    on_device = [k for k in names if all(isinstance(p[k], torch.Tensor) for p in parts)]  # type: ignore[index]
+    host = {k: torch.cat([p[k].reshape(-1) for p in parts]).cpu().numpy()  # type: ignore[index]
+            for k in on_device}
+    rest = pd.concat([pd.DataFrame({k: _host(p[k]) for k in names if k not in host},  # type: ignore[index]
+                                   index=range(len(p["sample_id"]))) for p in parts],  # type: ignore[index]
+                     ignore_index=True)
+    return pd.DataFrame({k: host[k] if k in host else rest[k] for k in names})
+
+
+def _host(v: Column) -> Any:
+    return v.cpu().numpy() if isinstance(v, torch.Tensor) else v
 
 
 benchmarks: Registry[Callable[[], Benchmark]] = Registry("benchmark", package=__name__)

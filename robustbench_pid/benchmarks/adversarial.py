@@ -37,29 +37,24 @@ images in pixel units), the perturbed inputs are valid images, the attack is tol
 not robust, and iterative attacks keep their first success. The ``paper`` numbers are only for
 comparing with the published tables.
 
-``summarize`` (``robustbench_pid.summaries.adversarial``) adds a derived ``worst-case`` row per
-(norm, eps): a sample is robust only if it survived every worst-case attack run at that eps (as
+Its tidy rows (``robustbench_pid.summaries.adversarial``, torch-free) add a derived ``worst-case`` row
+per (norm, eps): a sample is robust only if it survived every worst-case attack run at that eps (as
 AutoAttack reports its ensemble).
 """
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any, Iterator, List, Optional
+from typing import Any, Dict, Iterator, List, Optional, Tuple
 
-import pandas as pd
 import torch
 
 from ..attacks import make_attack
+from ..attacks.base import still_correct
 from ..device import attack_precision
 from ..health import check_finite
-from ..summaries.adversarial import adversarial_rows
-from . import Benchmark, Unit, benchmarks
-
-
-def topk_correct(logits: torch.Tensor, y: torch.Tensor, k: int) -> torch.Tensor:
-    k = min(k, logits.shape[1])
-    return (logits.topk(k, dim=1).indices == y[:, None]).any(1)
+from ..specs import Unit, chunks
+from . import Benchmark, Column, benchmarks
 
 
 def attack_settings(ctx: Any, spec: Any) -> dict:
@@ -104,7 +99,7 @@ def attack_batches(ctx: Any, unit: Unit) -> Iterator[AttackedBatch]:
     """The adversarial benchmark's work on a unit, batch by batch: the runner's records and
     ``rbp.attack``'s images both come from here, so the two cannot drift apart.
 
-    The caller sets up the unit's global RNGs (``runner.unit_rng``); the attack's generator is
+    The caller sets up the unit's global RNGs (``run_context.unit_rng``); the attack's generator is
     ``ctx.generator(unit)``, consumed batch after batch.
     """
     model = ctx.verdict_model()
@@ -116,7 +111,7 @@ def attack_batches(ctx: Any, unit: Unit) -> Iterator[AttackedBatch]:
             clean_logits = model(x).float()
         check_finite(clean_logits, ctx, unit, "clean")
         clean_pred = clean_logits.argmax(1)
-        c1, c5 = topk_correct(clean_logits, y, 1), topk_correct(clean_logits, y, 5)
+        c1, c5 = still_correct(clean_logits, y, 1), still_correct(clean_logits, y, 5)
         b = AttackedBatch(x, y, sids, clean_pred, c1, c5, attack, paper)
         if attack is None:
             yield b
@@ -163,8 +158,6 @@ class Adversarial(Benchmark):
     name = "adversarial"
 
     def plan(self, ctx: Any) -> List[Unit]:
-        from ..runner import chunks
-
         units: List[Unit] = []
         spans = chunks(len(ctx.indices), ctx.spec.chunk_size)
         for s, e in spans:
@@ -176,32 +169,29 @@ class Adversarial(Benchmark):
                 units.append(Unit("adversarial", a.attack, float(params.get("eps", 0.0)), js, "", s, e))
         return units
 
-    def run_unit(self, ctx: Any, unit: Unit) -> pd.DataFrame:
-        rows: List[pd.DataFrame] = []
-        for b in attack_batches(ctx, unit):
-            y, c1, c5 = b.y, b.clean_correct_top1, b.clean_correct_top5
-            rec = {"sample_id": b.sample_ids, "label": y.cpu().numpy(), "clean_pred": b.clean_pred.cpu().numpy(),
-                   "clean_correct_top1": c1.cpu().numpy(), "clean_correct_top5": c5.cpu().numpy()}
-            if b.attack is None:
-                rec.update(pred=rec["clean_pred"], correct_top1=rec["clean_correct_top1"],
-                           correct_top5=rec["clean_correct_top5"], attacked=False)
-                rows.append(pd.DataFrame(rec))
-                ctx.advance(len(y))
-                continue
-            attack, adv_logits = b.attack, b.adv_logits
-            a1, a5 = topk_correct(adv_logits, y, 1), topk_correct(adv_logits, y, 5)
-            if attack.worst_case and not b.paper:
-                a1, a5 = a1 & c1, a5 & c5
-            delta = (b.x_adv - b.x).flatten(1)
-            rec.update(pred=adv_logits.argmax(1).cpu().numpy(), correct_top1=a1.cpu().numpy(),
-                       correct_top5=a5.cpu().numpy(), attacked=b.attacked.numpy(),
-                       grad_zero=b.grad_zero.numpy() if attack.uses_gradients and b.grad_zero_known else None,
-                       pert_linf=delta.abs().amax(1).cpu().numpy(),
-                       pert_l2=delta.norm(dim=1).cpu().numpy(), pert_l1=delta.abs().sum(1).cpu().numpy())
-            rows.append(pd.DataFrame(rec))
-            ctx.advance(len(y))
-        return pd.concat(rows, ignore_index=True)
+    def batches(self, ctx: Any, unit: Unit) -> Iterator[AttackedBatch]:
+        return attack_batches(ctx, unit)
 
-    def summarize(self, records: pd.DataFrame) -> pd.DataFrame:
-        return adversarial_rows(records)
+    def records(self, ctx: Any, unit: Unit, b: AttackedBatch) -> Dict[str, Column]:
+        y, c1, c5 = b.y, b.clean_correct_top1, b.clean_correct_top5
+        rec: Dict[str, Column] = {"sample_id": b.sample_ids, "label": y, "clean_pred": b.clean_pred,
+                                  "clean_correct_top1": c1, "clean_correct_top5": c5}
+        if b.attack is None:
+            return {**rec, "pred": b.clean_pred, "correct_top1": c1, "correct_top5": c5, "attacked": False}
+        attack, adv_logits = b.attack, b.adv_logits
+        a1, a5 = still_correct(adv_logits, y, 1), still_correct(adv_logits, y, 5)
+        if attack.worst_case and not b.paper:
+            a1, a5 = a1 & c1, a5 & c5
+        delta = (b.x_adv - b.x).flatten(1)
+        return {**rec, "pred": adv_logits.argmax(1), "correct_top1": a1, "correct_top5": a5, "attacked": b.attacked,
+                "grad_zero": b.grad_zero if attack.uses_gradients and b.grad_zero_known else None,
+                "pert_linf": delta.abs().amax(1), "pert_l2": delta.norm(dim=1), "pert_l1": delta.abs().sum(1)}
+
+    def passes(self, ctx: Any, unit: Unit) -> Tuple[float, float]:
+        """The attack's passes plus two forward passes (clean and verdict); clean units: one."""
+        if unit.attack == "clean":
+            return 1.0, 0.0
+        fwd, fb = make_attack(unit.attack, **json.loads(unit.params)).passes()
+        return 2.0 + fwd, fb
+
 

@@ -10,46 +10,44 @@ are corrupted inside the DataLoader workers (the CPU-bound part), with the same 
 Records: ``attack`` = ``condition`` = ``<corruption>/<severity>`` (or ``clean``), ``eps`` = 0
 (a corruption has no eps), plus ``corruption`` and ``severity`` columns.
 
-Tidy rows: ``robustbench_pid.summaries.corruptions`` (err/mean_err always; CE, mCE and relative
-mCE normalized by AlexNet on ImageNet, otherwise by the model the ``ce_baseline`` argument names).
+Tidy rows (values in percent): ``top1``/``top5`` per condition; ``err_<corruption>`` (top-1 error
+averaged over the severities) and ``mean_err`` (over the 15 mCE corruptions), always;
+``ce_<corruption>``, ``mce``, ``relative_mce`` when a baseline exists: AlexNet for ``imagenet`` and ``imagenet-c``
+(ImageNet validation images), otherwise the model named by ``ROBUSTBENCH_PID_CE_BASELINE`` (or the ``baseline``
+argument of ``corruption_rows``) whose records for the same dataset, split and samples are in the
+same records / results store (AlexNet's constants only hold for ImageNet). The ``ce_baseline``
+column says which baseline a row used.
 """
 from __future__ import annotations
 
 import json
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Tuple
 
-import pandas as pd
 import torch
 from torch.utils.data import DataLoader, Dataset
 
 from ..imagenet_info import CORRUPTIONS_15, SEVERITIES
-from ..summaries.corruptions import corruptions_summary
+from ..attacks.base import still_correct
 from ..errors import without_worker_traceback
 from ..health import check_finite
-from . import Benchmark, Unit, benchmarks
+from ..specs import Unit, chunks
+from . import Batch, Benchmark, Column, benchmarks
 
+# AlexNet's published errors are for ImageNet validation images (ImageNet-C): only these datasets use them.
 IMPL_VERSION = "rbp-corruptions-1"
-
-
-def topk_correct(logits: torch.Tensor, y: torch.Tensor, k: int) -> torch.Tensor:
-    k = min(k, logits.shape[1])
-    return (logits.topk(k, dim=1).indices == y[:, None]).any(1)
 
 
 def _options(ctx: Any) -> Dict[str, Any]:
     return dict(ctx.spec.benchmark_options.get("corruptions", {}))
 
 
-def predict_records(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, sids: List[str],
-                    ctx: Any = None, unit: Optional[Unit] = None) -> Dict[str, Any]:
-    """Plain prediction records; with ``ctx``/``unit`` the logits are checked for NaN/inf first."""
+def predict_records(ctx: Any, unit: Unit, b: Batch) -> Dict[str, Column]:
+    """Plain prediction records of a batch (the logits checked for NaN/inf first)."""
     with torch.inference_mode():
-        logits = model(x).float()
-    if ctx is not None:
-        check_finite(logits, ctx, unit, "clean")
-    return {"sample_id": sids, "label": y.cpu().numpy(), "pred": logits.argmax(1).cpu().numpy(),
-            "correct_top1": topk_correct(logits, y, 1).cpu().numpy(),
-            "correct_top5": topk_correct(logits, y, 5).cpu().numpy()}
+        logits = ctx.verdict_model()(b.x).float()
+    check_finite(logits, ctx, unit, "clean")
+    return {"sample_id": b.sample_ids, "label": b.y, "pred": logits.argmax(1),
+            "correct_top1": still_correct(logits, b.y, 1), "correct_top5": still_correct(logits, b.y, 5)}
 
 
 @benchmarks.register("corruptions")
@@ -60,7 +58,6 @@ class Corruptions(Benchmark):
 
     def plan(self, ctx: Any) -> List[Unit]:
         from ..corruptions import check_corruption, corrupt_tta_version
-        from ..runner import chunks
 
         opts = _options(ctx)
         names = list(opts.get("corruptions") or CORRUPTIONS_15)
@@ -77,26 +74,23 @@ class Corruptions(Benchmark):
                 units += [Unit(self.name, f"{c}/{s}", 0.0, params, f"{c}/{s}", a, b) for a, b in spans]
         return units
 
-    def run_unit(self, ctx: Any, unit: Unit) -> pd.DataFrame:
+    def batches(self, ctx: Any, unit: Unit) -> Iterator[Batch]:
+        """The unit's images, corrupted: in the DataLoader workers with --workers, else here."""
         from ..corruptions import corrupt_batch, sample_seed
 
-        model = ctx.verdict_model()
         name, sev = split_condition(unit.condition)
-        rows = []
-        workers = name and int(getattr(ctx.spec, "num_workers", 0) or 0) > 0
-        batches = _corrupted_batches(ctx, unit, name, sev) if workers else ctx.batches(unit)
-        for x, y, sids in without_worker_traceback(batches):
-            if name and not workers:
-                seeds = [sample_seed(ctx.spec.seed, name, sev, s) for s in sids]
-                x = corrupt_batch(x, name, sev, seeds)
-            rec = predict_records(model, x, y, sids, ctx, unit)
-            rec.update(corruption=name, severity=sev)
-            rows.append(pd.DataFrame(rec))
-            ctx.advance(len(y))
-        return pd.concat(rows, ignore_index=True)
+        if not name:
+            yield from ctx.batches(unit)
+        elif int(getattr(ctx.spec, "num_workers", 0) or 0) > 0:
+            yield from without_worker_traceback(_corrupted_batches(ctx, unit, name, sev))
+        else:
+            for b in ctx.batches(unit):
+                seeds = [sample_seed(ctx.spec.seed, name, sev, s) for s in b.sample_ids]
+                yield Batch(corrupt_batch(b.x, name, sev, seeds), b.y, b.sample_ids)
 
-    def summarize(self, records: pd.DataFrame, ce_baseline: Optional[str] = None) -> pd.DataFrame:
-        return corruptions_summary(records, ce_baseline=ce_baseline)
+    def records(self, ctx: Any, unit: Unit, b: Batch) -> Dict[str, Column]:
+        name, sev = split_condition(unit.condition)
+        return {**predict_records(ctx, unit, b), "corruption": name, "severity": sev}
 
 
 # --------------------------------------------------------------------------- corruption in workers
@@ -134,7 +128,7 @@ class _Plan:
         return len(self.batches)
 
 
-def _corrupted_batches(ctx: Any, unit: Unit, name: str, sev: int):
+def _corrupted_batches(ctx: Any, unit: Unit, name: str, sev: int) -> Iterator[Batch]:
     state = getattr(ctx, "_corruption_loader", None)
     if state is None:
         plan = _Plan()
@@ -152,7 +146,7 @@ def _corrupted_batches(ctx: Any, unit: Unit, name: str, sev: int):
         n = len(y)
         sids = [ctx.dataset.sample_ids[i] for i in idx[pos:pos + n]]
         pos += n
-        yield x.to(ctx.device, non_blocking=True).float(), y.to(ctx.device, non_blocking=True).long(), sids
+        yield Batch(x.to(ctx.device, non_blocking=True).float(), y.to(ctx.device, non_blocking=True).long(), sids)
     if pos != len(idx):
         raise RuntimeError(f"corruption loader returned {pos} of {len(idx)} samples")
 
@@ -165,3 +159,5 @@ def split_condition(condition: str) -> Tuple[str, int]:
         return "", 0
     name, sev = condition.rsplit("/", 1)
     return name, int(sev)
+
+

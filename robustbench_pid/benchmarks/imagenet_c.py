@@ -17,12 +17,11 @@ first N files, i.e. only the first condition).
 from __future__ import annotations
 
 import json
-from typing import Any, List
+from typing import Any, Dict, List
 
-import pandas as pd
 
-from . import Benchmark, Unit, benchmarks
-from ..summaries.corruptions import imagenet_c_summary
+from ..specs import Unit
+from . import Batch, Benchmark, Column, benchmarks
 from .corruptions import predict_records, split_condition
 
 
@@ -58,18 +57,9 @@ class ImageNetC(Benchmark):
     def plan(self, ctx: Any) -> List[Unit]:
         return condition_units(ctx, self.name)
 
-    def run_unit(self, ctx: Any, unit: Unit) -> pd.DataFrame:
-        model = ctx.verdict_model()
-        rows = []
-        for x, y, sids in ctx.batches(unit):
-            rec = predict_records(model, x, y, sids, ctx, unit)
-            name, sev = split_condition(unit.condition)
-            rec.update(corruption=name, severity=sev,
-                       skipped_unreadable=int(getattr(ctx.dataset, "n_unreadable", 0)))
-            rows.append(pd.DataFrame(rec))
-            ctx.advance(len(y))
-        return pd.concat(rows, ignore_index=True)
+    def records(self, ctx: Any, unit: Unit, b: Batch) -> Dict[str, Column]:
+        name, sev = split_condition(unit.condition)
+        return {**predict_records(ctx, unit, b), "corruption": name, "severity": sev,
+                "skipped_unreadable": int(getattr(ctx.dataset, "n_unreadable", 0))}
 
-    def summarize(self, records: pd.DataFrame) -> pd.DataFrame:
-        return imagenet_c_summary(records)
 

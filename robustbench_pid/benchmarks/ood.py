@@ -14,16 +14,14 @@ Tidy rows: ``aupr``, ``auroc``, ``fpr95``, ``chance_aupr`` and in-distribution `
 """
 from __future__ import annotations
 
-from typing import Any, List
+from typing import Any, Dict, List
 
-import pandas as pd
 import torch
 
-from ..health import check_finite
-from ..summaries.ood import ood_rows
-from . import Benchmark, Unit, benchmarks
+from ..specs import Unit
+from . import Batch, Benchmark, Column, benchmarks
 from .imagenet_c import condition_units
-from .restricted import dataset_mask, masked_topk
+from .restricted import dataset_mask, masked_records
 
 
 @benchmarks.register("ood")
@@ -38,24 +36,11 @@ class OOD(Benchmark):
             raise UserError("benchmark 'ood' needs a dataset with in/out-of-distribution parts (imagenet-o)")
         return condition_units(ctx, self.name)
 
-    def run_unit(self, ctx: Any, unit: Unit) -> pd.DataFrame:
-        model = ctx.verdict_model()
+    def records(self, ctx: Any, unit: Unit, b: Batch) -> Dict[str, Column]:
         idx = dataset_mask(ctx, self.name)
-        rows = []
-        for x, y, sids in ctx.batches(unit):
-            with torch.inference_mode():
-                logits = model(x).float()
-            check_finite(logits, ctx, unit, "clean")
-            score = -torch.softmax(logits.index_select(1, idx), dim=1).amax(1)
-            top5 = masked_topk(logits, idx, 5)
-            rows.append(pd.DataFrame({
-                "sample_id": sids, "label": y.cpu().numpy(), "pred": top5[:, 0].cpu().numpy(),
-                "correct_top1": (top5[:, 0] == y).cpu().numpy(),
-                "correct_top5": (top5 == y[:, None]).any(1).cpu().numpy(),
-                "score": score.cpu().numpy(), "ood": unit.attack == "ood",
-                "skipped_unreadable": int(getattr(ctx.dataset, "n_unreadable", 0))}))
-            ctx.advance(len(y))
-        return pd.concat(rows, ignore_index=True)
+        rec, logits = masked_records(ctx, unit, b, idx)
+        score = -torch.softmax(logits.index_select(1, idx), dim=1).amax(1)
+        rec = dict(rec)
+        skipped = rec.pop("skipped_unreadable")
+        return {**rec, "score": score, "ood": unit.attack == "ood", "skipped_unreadable": skipped}
 
-    def summarize(self, records: pd.DataFrame) -> pd.DataFrame:
-        return ood_rows(records)

@@ -22,9 +22,10 @@ from typing import Any, Dict, List
 import pandas as pd
 import torch
 
+from ..attacks.base import still_correct
 from ..health import check_finite
-from ..summaries.rank_collapse import token_cosine_rows
-from . import Benchmark, Unit, benchmarks
+from ..specs import Unit, chunks
+from . import Batch, Benchmark, benchmarks
 
 NAME = "rank-collapse"
 DEFAULT_IMAGES = {"imagenet": 1000}  # PIDformer A.6: "1000 randomly chosen test data in ImageNet"
@@ -65,36 +66,26 @@ class RankCollapse(Benchmark):
     options = {"n_images": "how many images to choose at random (seeded by --seed)"}
 
     def plan(self, ctx: Any) -> List[Unit]:
-        from ..runner import chunks
-
         selection = select_images(ctx)
         params = json.dumps({"metric": "token_cosine", "representation": "block_output", "tokens": "all",
                              "selection": selection, "n_images": len(ctx.indices)}, sort_keys=True)
         return [Unit(NAME, "clean", 0.0, params, "", s, e) for s, e in chunks(len(ctx.indices), ctx.spec.chunk_size)]
 
-    def run_unit(self, ctx: Any, unit: Unit) -> pd.DataFrame:
+    def records(self, ctx: Any, unit: Unit, b: Batch) -> pd.DataFrame:
+        """One row per (image, layer), layer by layer."""
         from ..analysis import layer_cosines
 
-        model = ctx.model  # not the compiled copy: the forward hooks live on the eager modules
-        frames: List[pd.DataFrame] = []
-        for x, y, sids in ctx.batches(unit):
-            logits, cos = layer_cosines(model, x)
-            logits = logits.float()
-            check_finite(logits, ctx, unit, "clean")
-            k5 = min(5, logits.shape[1])
-            pred = logits.argmax(1)
-            c1 = (pred == y).cpu().numpy()
-            c5 = (logits.topk(k5, dim=1).indices == y[:, None]).any(1).cpu().numpy()
-            cos = cos.cpu()
-            for layer in range(cos.shape[0]):
-                frames.append(pd.DataFrame({
-                    "sample_id": sids, "label": y.cpu().numpy(), "clean_pred": pred.cpu().numpy(),
-                    "clean_correct_top1": c1, "clean_correct_top5": c5, "layer": layer,
-                    "metric": "token_cosine", "value": cos[layer].numpy().astype("float64"),
-                }))
-            ctx.advance(len(y))
-        return pd.concat(frames, ignore_index=True)
+        # not the compiled copy: the forward hooks live on the eager modules
+        logits, cos = layer_cosines(ctx.model, b.x)
+        logits = logits.float()
+        check_finite(logits, ctx, unit, "clean")
+        pred = logits.argmax(1)
+        c1 = (pred == b.y).cpu().numpy()
+        c5 = still_correct(logits, b.y, 5).cpu().numpy()
+        cos, label, pred = cos.cpu(), b.y.cpu().numpy(), pred.cpu().numpy()
+        return pd.concat([pd.DataFrame({
+            "sample_id": b.sample_ids, "label": label, "clean_pred": pred, "clean_correct_top1": c1,
+            "clean_correct_top5": c5, "layer": layer, "metric": "token_cosine",
+            "value": cos[layer].numpy().astype("float64")}) for layer in range(cos.shape[0])], ignore_index=True)
 
-    def summarize(self, records: pd.DataFrame) -> pd.DataFrame:
-        return token_cosine_rows(records)
 

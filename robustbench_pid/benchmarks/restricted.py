@@ -11,14 +11,13 @@ Tidy rows: ``top1``/``top5`` (percent, Wilson 95% intervals) and ``skipped_unrea
 """
 from __future__ import annotations
 
-from typing import Any, List
+from typing import Any, Dict, List, Tuple
 
-import pandas as pd
 import torch
 
 from ..health import check_finite
-from ..summaries.restricted import restricted_rows
-from . import Benchmark, Unit, benchmarks
+from ..specs import Unit, chunks
+from . import Batch, Benchmark, Column, benchmarks
 
 
 def masked_topk(logits: torch.Tensor, indices: torch.Tensor, k: int) -> torch.Tensor:
@@ -37,33 +36,26 @@ def dataset_mask(ctx: Any, benchmark: str) -> torch.Tensor:
     return torch.tensor(idx, dtype=torch.long, device=ctx.device)
 
 
+def masked_records(ctx: Any, unit: Unit, b: Batch, idx: torch.Tensor) -> Tuple[Dict[str, Column], torch.Tensor]:
+    """(records of the prediction restricted to the classes ``idx``, the logits)."""
+    with torch.inference_mode():
+        logits = ctx.verdict_model()(b.x).float()
+    check_finite(logits, ctx, unit, "clean")
+    top5 = masked_topk(logits, idx, 5)
+    return {"sample_id": b.sample_ids, "label": b.y, "pred": top5[:, 0], "correct_top1": top5[:, 0] == b.y,
+            "correct_top5": (top5 == b.y[:, None]).any(1),
+            "skipped_unreadable": int(getattr(ctx.dataset, "n_unreadable", 0))}, logits
+
+
 @benchmarks.register("restricted")
 class Restricted(Benchmark):
     name = "restricted"
 
     def plan(self, ctx: Any) -> List[Unit]:
-        from ..runner import chunks
-
         dataset_mask(ctx, self.name)
         return [Unit(self.name, "clean", 0.0, '{"mask": "dataset 200 classes"}', "", a, b)
                 for a, b in chunks(len(ctx.indices), ctx.spec.chunk_size)]
 
-    def run_unit(self, ctx: Any, unit: Unit) -> pd.DataFrame:
-        model = ctx.verdict_model()
-        idx = dataset_mask(ctx, self.name)
-        rows = []
-        for x, y, sids in ctx.batches(unit):
-            with torch.inference_mode():
-                logits = model(x).float()
-            check_finite(logits, ctx, unit, "clean")
-            top5 = masked_topk(logits, idx, 5)
-            rows.append(pd.DataFrame({
-                "sample_id": sids, "label": y.cpu().numpy(), "pred": top5[:, 0].cpu().numpy(),
-                "correct_top1": (top5[:, 0] == y).cpu().numpy(),
-                "correct_top5": (top5 == y[:, None]).any(1).cpu().numpy(),
-                "skipped_unreadable": int(getattr(ctx.dataset, "n_unreadable", 0))}))
-            ctx.advance(len(y))
-        return pd.concat(rows, ignore_index=True)
+    def records(self, ctx: Any, unit: Unit, b: Batch) -> Dict[str, Column]:
+        return masked_records(ctx, unit, b, dataset_mask(ctx, self.name))[0]
 
-    def summarize(self, records: pd.DataFrame) -> pd.DataFrame:
-        return restricted_rows(records)

@@ -93,9 +93,10 @@ def run(args: argparse.Namespace) -> int:
         return 0
     summary_path = out / "summary.csv"
     if not summary_path.is_file():
-        from ..runner import shard_of
+        from ..launcher import launch
 
-        i, n = shard_of(spec)
+        launched = launch(spec.shard)
+        i, n = launched.index, launched.count
         print(f"shard {i}/{n} done; results are in {out}. The last shard to finish writes the tables; "
               f"`robustbench-pid merge {out}` checks and assembles them once every shard has finished")
         return 0

@@ -21,7 +21,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..report_text import format_summary
-    from ..runner import merge
+    from ..merge import merge
 
     summary = merge(args.run_dir)
     if not args.quiet:

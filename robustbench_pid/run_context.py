@@ -1,0 +1,220 @@
+"""A run's context (spec, model, data, device, batches) and what makes a unit's records reproducible.
+
+``prepare`` validates the spec and loads model and data, so everything that can fail fast fails
+before any work. Randomness is seeded per unit from what the unit does (:func:`unit_seed`): a
+generator handed to the attack, plus the global torch/numpy/random RNGs forked, seeded and
+restored around the unit (:func:`unit_rng`), because libraries such as AutoAttack reseed or draw
+from the global RNG. So which process computes a unit, and in which order, does not change its
+records.
+"""
+from __future__ import annotations
+
+import contextlib
+import random
+from dataclasses import dataclass, field
+from typing import Any, Dict, Iterator, List, Optional
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader
+
+from .benchmarks import Batch, check_options, get_benchmark
+from .data import dataset_info, load_dataset
+from .device import check_precision, find_batch_size, pick_device, wants_channels_last
+from .errors import UserError, without_worker_traceback
+from .launcher import launch
+from .models import load_model
+from .plan import content_hash
+from .specs import PROTOCOLS, RunSpec, Unit
+
+
+class _BatchPlan:
+    """A batch sampler whose batches are set per unit, so one DataLoader (and its persistent
+    workers) serves every unit instead of starting workers per unit."""
+
+    def __init__(self) -> None:
+        self.batches: List[List[int]] = []
+
+    def __iter__(self) -> Iterator[List[int]]:
+        return iter(list(self.batches))
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+
+@dataclass
+class Context:
+    spec: RunSpec
+    model: torch.nn.Module
+    dataset: Any
+    indices: List[int]
+    device: torch.device
+    ids: Dict[str, Any]
+    progress: Any = None
+    eval_model: Optional[torch.nn.Module] = None  # compiled model when --compile (clean/verdict passes)
+    attack_model: Optional[torch.nn.Module] = None  # compiled model for attacks when --compile
+    attack_net: Optional[torch.nn.Module] = None  # compiled ``model.net`` (paper protocol) when --compile
+    batch_size: int = 0
+    channels_last: bool = False
+    _plan: _BatchPlan = field(default_factory=_BatchPlan, repr=False)
+    _loader: Optional[DataLoader] = field(default=None, repr=False)
+    _heartbeat: Any = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        if not self.batch_size:
+            self.batch_size = self.spec.batch_size
+
+    def loader(self) -> DataLoader:
+        if self._loader is None:
+            w = self.spec.num_workers
+            self._loader = DataLoader(
+                self.dataset, batch_sampler=self._plan, num_workers=w,
+                pin_memory=self.device.type == "cuda", persistent_workers=w > 0,
+                prefetch_factor=4 if w > 0 else None,
+            )
+        return self._loader
+
+    def batches(self, unit: Unit) -> Iterator[Batch]:
+        """(x, y, sample_ids) batches of the unit's samples, on the device (loading overlaps
+        compute when --workers > 0; host->device copies are asynchronous from pinned memory)."""
+        idx = self.indices[unit.start:unit.stop]
+        bs = self.batch_size
+        self._plan.batches = [idx[i:i + bs] for i in range(0, len(idx), bs)]
+        pos = 0
+        fmt = torch.channels_last if self.channels_last else torch.contiguous_format
+        for x, y in without_worker_traceback(self.loader()):  # a bad image in a worker: one-line error
+            n = len(y)
+            sids = [self.dataset.sample_ids[i] for i in idx[pos:pos + n]]
+            pos += n
+            x = x.to(self.device, non_blocking=True).float().contiguous(memory_format=fmt)
+            yield Batch(x, y.to(self.device, non_blocking=True).long(), sids)
+        if pos != len(idx):
+            raise RuntimeError(f"data loader returned {pos} of {len(idx)} samples for unit {unit.key[:12]}")
+
+    def generator(self, unit: Unit) -> torch.Generator:
+        """The unit's generator: on the CPU whatever the run's device (attacks draw on it and move
+        the numbers to the device), so CPU and GPU runs draw the same random starts."""
+        return torch.Generator().manual_seed(unit_seed(unit, self.spec.seed))
+
+    # A compiled module must never be tested for truth (``a or b``): torch's OptimizedModule
+    # forwards ``len()`` to the wrapped module, which has none. These pick it explicitly.
+    def verdict_model(self) -> torch.nn.Module:
+        """The model for clean and verdict passes (compiled when --compile)."""
+        return self.eval_model if self.eval_model is not None else self.model
+
+    def attacked_model(self) -> torch.nn.Module:
+        """The model attacks differentiate in the standard protocol (compiled when --compile)."""
+        return self.attack_model if self.attack_model is not None else self.model
+
+    def attacked_net(self) -> torch.nn.Module:
+        """The network without normalization, which the paper protocol attacks and scores."""
+        return self.attack_net if self.attack_net is not None else self.model.net
+
+    def advance(self, n: int) -> None:
+        if self.progress is not None:
+            self.progress.update(n)
+
+
+def unit_seed(unit: Unit, seed: int) -> int:
+    """The seed of a unit's generator and global RNGs: a hash of what the unit does (benchmark,
+    attack, its settings, condition, sample range) and the run's ``--seed``.
+
+    Not of the model: two models evaluated with one command draw the same random starts on the
+    same samples (common random numbers, which make their paired comparison sharper), and
+    ``rbp.attack(..., seed=s)`` on the first n samples draws exactly what a run's first unit does.
+    """
+    h = content_hash({"benchmark": unit.benchmark, "attack": unit.attack, "eps": float(unit.eps), "params": unit.params,
+               "condition": unit.condition, "start": unit.start, "stop": unit.stop, "seed": int(seed)})
+    return int(h[:15], 16)
+
+
+@contextlib.contextmanager
+def unit_rng(seed: int, device: torch.device) -> Iterator[None]:
+    """Global torch/CUDA/numpy/random RNGs seeded from the unit for its duration, then restored.
+
+    Attacks get their own generator; this covers library code that draws from (or reseeds) the
+    global RNG, so a unit's records never depend on what ran before it in the process.
+    """
+    py_state, np_state = random.getstate(), np.random.get_state()
+    devices = [device.index if device.index is not None else torch.cuda.current_device()] \
+        if device.type == "cuda" else []
+    with torch.random.fork_rng(devices=devices):
+        torch.manual_seed(seed)
+        random.seed(seed)
+        np.random.seed(seed % (2 ** 32))
+        try:
+            yield
+        finally:
+            random.setstate(py_state)
+            np.random.set_state(np_state)
+
+
+def prepare(spec: RunSpec, model: Optional[torch.nn.Module] = None, data: Any = None) -> Context:
+    """Validate the spec, load model and data (everything that can fail fast fails here).
+
+    ``model``/``data``: objects already made the runner's own (``objects.wrap_model`` /
+    ``objects.as_data``: copies, never the caller's) used instead of the spec's names.
+    """
+    if spec.protocol not in PROTOCOLS:
+        raise UserError(f"unknown protocol {spec.protocol!r}; valid: {', '.join(PROTOCOLS)}")
+    if spec.batch_size < 0 or spec.chunk_size < 1:
+        raise UserError("--batch-size must be >= 1 (or 0: find automatically on GPU) and --chunk-size >= 1")
+    if spec.num_workers < 0:
+        raise UserError(f"--workers must be >= 0, got {spec.num_workers}")
+    if spec.limit is not None and spec.limit < 1:
+        raise UserError(f"--limit must be >= 1, got {spec.limit}")
+    launch(spec.shard)  # malformed --shard / environment -> clear error before loading anything
+    get_benchmark(spec.benchmark)  # unknown benchmark -> clear error
+    check_options(spec.benchmark, spec.benchmark_options)  # unknown --bench-opt key -> clear error
+    info = dataset_info(spec.dataset) if data is None else None
+    device = pick_device(spec.device)
+    check_precision(device, spec.precision)
+    if spec.batch_size == 0 and device.type != "cuda":
+        raise UserError("--batch-size 0 (find automatically) needs a GPU; on CPU give a number, e.g. --batch-size 64")
+    if model is None:
+        model = load_model(spec.model, spec.checkpoint, spec.dataset, allow_pickle=spec.allow_pickle,
+                           strict=spec.strict, **spec.arch_kwargs)
+    model = model.to(device)  # the runner's own object (loaded here, or a copy of the caller's)
+    channels_last = wants_channels_last(model, device)
+    if channels_last:
+        model = model.to(memory_format=torch.channels_last)
+    ds_opts: Dict[str, Any] = dict(spec.benchmark_options.get("dataset", {}))
+    if spec.subset is not None:
+        ds_opts.update(subset=spec.subset, subset_seed=spec.seed)
+    if spec.skip_unreadable:
+        ds_opts["skip_unreadable"] = True
+    if data is None:
+        ds = load_dataset(spec.dataset, spec.split, spec.data_root, **ds_opts,
+                          model_info={k: v for k, v in model.info.items() if v is not None})
+    else:
+        ds = data
+    if model.info.get("num_classes") is None or model.info.get("input_size") is None:
+        from .objects import complete_info
+
+        complete_info(model, ds[0][0], device)
+    n = len(ds) if spec.limit is None else min(spec.limit, len(ds))
+    if n == 0:
+        raise UserError(f"dataset {spec.dataset!r} ({spec.split}) is empty")
+    ids = {
+        "model": spec.model, "arch": model.info["arch"], "checkpoint_sha256": model.info.get("checkpoint_sha256"),
+        "dataset": spec.dataset, "split": spec.split, "protocol": spec.protocol,
+    }
+    batch_size = spec.batch_size
+    if batch_size == 0:
+        batch_size = find_batch_size(model, tuple(model.info["input_size"]), device, spec.precision)
+    ctx = Context(spec, model, ds, list(range(n)), device, ids, batch_size=batch_size, channels_last=channels_last)
+    if spec.compile:
+        # Compiled once here, on the run's own model object, and reused by every unit (compilation
+        # happens lazily at the first call; batch-size changes trigger one dynamic recompile).
+        compiled = torch.compile(model)
+        ctx.eval_model = compiled
+        ctx.attack_model = compiled
+        ctx.attack_net = torch.compile(model.net)
+    classes = model.info["num_classes"]
+    if info is not None and info.num_classes != classes:
+        raise UserError(f"the model outputs {classes} classes but dataset {spec.dataset!r} has {info.num_classes}; "
+                        f"give a model for this dataset (or num_classes= / a matching head)")
+    if data is not None and getattr(data, "max_label", -1) >= classes:
+        raise UserError(f"data= has labels up to {data.max_label} but the model outputs {classes} classes; "
+                        f"labels must be 0..{classes - 1}")
+    return ctx
