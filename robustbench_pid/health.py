@@ -13,6 +13,7 @@ from typing import Any, Mapping
 
 import torch
 
+from .plan import unit_eps_text
 from .errors import UserError
 
 
@@ -40,9 +41,8 @@ def check_finite(t: torch.Tensor, ctx: Any, unit: Any, stage: str) -> None:
     what = "inputs" if stage == "attack" else "logits"
     cond = unit.attack + (f" {unit.condition}" if unit.condition and unit.condition != unit.attack else "")
     if unit.eps:
-        from .report_text import eps_label
-
-        cond += f" eps={eps_label(unit.eps)}"
+        
+        cond += f" eps={unit_eps_text(unit)}"
     raise NonFiniteError(
         f"model {ctx.spec.model!r} gave non-finite {what} ({kinds}) for {n_bad} of {len(t)} samples in the "
         f"{STAGES.get(stage, stage)} of {unit.benchmark}/{cond}, samples [{unit.start}:{unit.stop}]; its results "

@@ -253,7 +253,7 @@ def test_unreadable_image_in_a_worker_gives_the_one_line_message(tmp_path):
 
 
 def test_imagenet_root_env_is_only_the_option_default_and_is_in_the_spec_and_hash(tmp_path, monkeypatch):
-    from robustbench_pid.runner import default_out
+    from robustbench_pid.run_files import default_out
     from robustbench_pid.spec_builder import build_spec
 
     def spec(dataset="imagenet-c", **kw):
