@@ -19,6 +19,7 @@ from .imagenet_info import CORRUPTIONS_15
 from .inputs import (ACCURACY_METRICS, AGGREGATE_METRICS, CORRUPTION_METRICS, EPS_DECIMALS, as_inputs,
                      model_order)
 from .metrics import mean_corruption_error
+from .summaries.adversarial import worst_case_records
 from .stats import average_precision, bootstrap_interval, mcnemar_exact, paired_bootstrap
 
 OOD_LABEL_COLUMNS = ("is_ood", "ood", "out_of_distribution", "positive")
@@ -38,8 +39,6 @@ def _records_for(records: pd.DataFrame, row: Mapping[str, Any]) -> pd.DataFrame:
         m &= records["settings_id"] == row["settings_id"]
     out = records[m]
     if out.empty and row.get("attack") == "worst-case":  # derived at summary time: derive it per sample too
-        from .benchmarks.adversarial import worst_case_records
-
         wc = worst_case_records(records[records["run_id"] == row["run_id"]])
         if wc.empty:
             return wc

@@ -32,6 +32,8 @@ from typing import Callable, List, Optional
 
 import pandas as pd
 
+from .labels import eps_text
+
 from .conditions import WORST_CASE, with_attack_meta
 
 RUN_KEYS = ["model", "checkpoint_sha256", "dataset", "protocol"]
@@ -51,9 +53,9 @@ class Finding:
     value: Optional[float] = None
 
 
-def _eps_text(eps: float) -> str:
-    k = round(eps * 255)
-    return f"{k}/255" if k > 0 and abs(k / 255 - eps) < 1e-9 else f"{eps:g}"
+def _norm(rows: pd.DataFrame) -> str:
+    """The norm (unit of eps) of a group of one attack's rows, "" when not recorded."""
+    return str(rows["norm"].iloc[0]) if "norm" in rows.columns and len(rows) else ""
 
 
 def _tidy(data: pd.DataFrame) -> pd.DataFrame:
@@ -98,7 +100,7 @@ def check_eps_monotone(data: pd.DataFrame, tol: float = 1.0) -> List[Finding]:
                     out.append(Finding(
                         "eps-not-monotone",
                         f"{ids['model']} ({ids['protocol']}): {attack} accuracy rises from {v0:.2f}% at eps "
-                        f"{_eps_text(e0)} to {v1:.2f}% at {_eps_text(e1)}; a larger ball contains the smaller "
+                        f"{eps_text(e0, _norm(ga))} to {v1:.2f}% at {eps_text(e1, _norm(ga))}; a larger ball contains the smaller "
                         f"one, so the attack is failing (gradient masking or too few/too large steps): add "
                         f"steps or restarts, check the step size, try a black-box attack.",
                         model=ids["model"], protocol=ids["protocol"], attack=attack, eps=float(e1),
@@ -117,7 +119,7 @@ def check_pgd_vs_fgsm(data: pd.DataFrame, tol: float = 1.0) -> List[Finding]:
             if pgd[eps] > fgsm[eps] + tol:
                 out.append(Finding(
                     "pgd-above-fgsm",
-                    f"{ids['model']} ({ids['protocol']}): PGD leaves {pgd[eps]:.2f}% at eps {_eps_text(eps)}, "
+                    f"{ids['model']} ({ids['protocol']}): PGD leaves {pgd[eps]:.2f}% at eps {eps_text(eps, 'linf')}, "
                     f"more than FGSM's {fgsm[eps]:.2f}%; an iterative attack that does worse than its own first "
                     f"step points to a noisy or masked gradient (or a too-small step size).",
                     model=ids["model"], protocol=ids["protocol"], attack="pgd", eps=float(eps),
@@ -140,7 +142,7 @@ def check_black_box(data: pd.DataFrame, tol: float = 1.0) -> List[Finding]:
                     out.append(Finding(
                         "black-box-beats-white-box",
                         f"{ids['model']} ({ids['protocol']}): {bb} (gradient-free) leaves {black[eps]:.2f}% at eps "
-                        f"{_eps_text(eps)}, below the best white-box attack's {white[eps]:.2f}%; the gradients "
+                        f"{eps_text(eps, norm)}, below the best white-box attack's {white[eps]:.2f}%; the gradients "
                         f"are less informative than random search, a classic sign of gradient masking: run "
                         f"AutoAttack and trust the lowest number.",
                         model=ids["model"], protocol=ids["protocol"], attack=bb, eps=float(eps),
@@ -162,7 +164,7 @@ def check_large_eps(data: pd.DataFrame, large_eps: float = 0.25, max_acc: float 
                 out.append(Finding(
                     "large-eps-not-zero",
                     f"{ids['model']} ({ids['protocol']}): {attack} still leaves {v:.2f}% at L-inf eps "
-                    f"{_eps_text(eps)}, where the ball reaches far enough to turn any image into another class; "
+                    f"{eps_text(eps, 'linf')}, where the ball reaches far enough to turn any image into another class; "
                     f"the attack is not working (masked/zero gradients, wrong labels or space).",
                     model=ids["model"], protocol=ids["protocol"], attack=attack, eps=float(eps), value=v))
     return out
@@ -190,7 +192,7 @@ def check_zero_gradients(records: pd.DataFrame, max_share: float = 0.05) -> List
             out.append(Finding(
                 "zero-gradients",
                 f"{ids['model']} ({ids['protocol']}): {100 * share:.1f}% of the samples attacked by {ids['attack']} "
-                f"at eps {_eps_text(ids['eps'])} had an all-zero input gradient; gradient attacks cannot move "
+                f"at eps {eps_text(ids['eps'], _norm(g))} had an all-zero input gradient; gradient attacks cannot move "
                 f"them (saturated softmax, non-differentiable step or fp16 underflow): use a margin loss, fp32, "
                 f"or a black-box attack.",
                 model=ids["model"], protocol=ids["protocol"], attack=ids["attack"], eps=float(ids["eps"]),
@@ -244,7 +246,7 @@ def check_attack_moved(records: pd.DataFrame) -> List[Finding]:
         if (g[norms].to_numpy() == 0).all():
             out.append(Finding(
                 "attack-moved-nothing",
-                f"{ids['model']} ({ids['protocol']}): {ids['attack']} at eps {_eps_text(ids['eps'])} left all "
+                f"{ids['model']} ({ids['protocol']}): {ids['attack']} at eps {eps_text(ids['eps'], _norm(g))} left all "
                 f"{len(g)} attacked samples unchanged (every perturbation norm is 0), so its row only repeats "
                 f"clean accuracy: the input gradients are zero or masked (or the model is broken). Do not report "
                 f"it as robustness; try a black-box attack (square, spsa) or check the model.",

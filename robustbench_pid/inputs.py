@@ -20,7 +20,7 @@ import pandas as pd
 
 from .errors import UserError
 from .labels import attack_title, eps_text
-from .results import load_records, load_run_info, summarize
+from .results import load_runs, summarize
 
 OOD_DATASETS = ("imagenet-a", "imagenet-r", "imagenet-c", "imagenet-o")
 ACCURACY_METRICS = ("top1", "top5")
@@ -53,22 +53,6 @@ def prepare(tidy: pd.DataFrame, records: Optional[pd.DataFrame] = None,
     return Inputs(shown, rows, records, list(runs or []), list(notes) + dup_notes)
 
 
-def _run_infos(folder: Path, run_ids: set) -> Tuple[List[Dict[str, Any]], List[str]]:
-    """run.json (provenance) of the runs whose records were loaded, and a note per run left out."""
-    found = [folder] if (folder / "run.json").is_file() else sorted(d.parent for d in folder.rglob("run.json"))
-    runs: List[Dict[str, Any]] = []
-    notes: List[str] = []
-    for d in found:
-        info = load_run_info(d)
-        if str(info.get("run_id", "")) in run_ids:
-            runs.append({**info, "path": str(d)})
-        elif info.get("status") != "complete":
-            notes.append(f"skipped incomplete run {d} (status {info.get('status')!r})")
-        else:
-            notes.append(f"skipped {d}: no records.parquet")
-    return runs, notes
-
-
 def load_inputs(paths: Union[str, Path, Sequence[Union[str, Path]]], ce_baseline: Optional[str] = None) -> Inputs:
     """Run folders (or folders of runs), ``records.parquet`` files or tidy ``.csv`` files.
 
@@ -94,11 +78,10 @@ def load_inputs(paths: Union[str, Path, Sequence[Union[str, Path]]], ce_baseline
         elif p.is_file():
             raise UserError(f"{p}: expected a run folder, a records .parquet or a tidy .csv file")
         else:
-            r = load_records(p)  # a named incomplete run is an error; incomplete runs under a folder are skipped
-            found, skipped = _run_infos(p, set(r["run_id"].astype(str)) if "run_id" in r.columns else set())
-            recs.append(r)
-            runs += found
-            notes += skipped
+            loaded = load_runs(p)  # a named incomplete run is an error; incomplete runs under a folder are noted
+            recs.append(loaded.records)
+            runs += loaded.runs
+            notes += loaded.notes
     records = pd.concat(recs, ignore_index=True) if recs else None
     if records is not None:
         tidy.insert(0, summarize(records, ce_baseline=ce_baseline))

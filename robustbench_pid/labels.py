@@ -33,7 +33,7 @@ def attack_title(attack: str, label: Any = None) -> str:
     return str(attack).upper()
 
 
-def _number(text: Any) -> float:
+def number(text: Any) -> float:
     """``0.03`` or ``8/255`` as a float (ValueError/ZeroDivisionError otherwise; any sign)."""
     s = str(text).strip()
     if "/" in s:
@@ -46,7 +46,7 @@ def parse_eps(text: str, what: str = "eps") -> float:
     """Parse one eps-like value: ``0.03``, ``8/255``. Refuses anything else with a clear message
     naming ``what`` (``eps``, ``--step-size``, ...)."""
     try:
-        value = _number(text)
+        value = number(text)
     except (ValueError, ZeroDivisionError):
         example = "numbers like 0.03 or 8/255, comma-separated" if what == "eps" else "a number like 0.01 or 2/255"
         raise UserError(f"malformed {what} {text!r}: give {example}") from None

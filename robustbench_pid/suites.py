@@ -22,7 +22,7 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 from .attacks import get_attack
-from .attacks.base import parse_eps
+from .labels import parse_eps
 from .errors import UserError
 from .registry import UnknownNameError
 from .specs import AttackSpec

@@ -20,31 +20,10 @@ from typing import Any, ClassVar, Dict, Mapping, Optional, Sequence, Tuple
 import torch
 import torch.nn.functional as F
 
+from ..labels import number
 from ..errors import UserError
 
 Bounds = Optional[Tuple[float, float]]
-
-
-def _number(text: Any) -> float:
-    """``0.03`` or ``8/255`` as a float (ValueError/ZeroDivisionError otherwise; any sign)."""
-    s = str(text).strip()
-    if "/" in s:
-        num, den = s.split("/", 1)
-        return float(num) / float(den)
-    return float(s)
-
-
-def parse_eps(text: str, what: str = "eps") -> float:
-    """Parse one eps-like value: ``0.03``, ``8/255``. Refuses anything else with a clear message
-    naming ``what`` (``eps``, ``--step-size``, ...)."""
-    try:
-        value = _number(text)
-    except (ValueError, ZeroDivisionError):
-        example = "numbers like 0.03 or 8/255, comma-separated" if what == "eps" else "a number like 0.01 or 2/255"
-        raise UserError(f"malformed {what} {text!r}: give {example}") from None
-    if not math.isfinite(value) or value < 0:
-        raise UserError(f"{what} {text!r} must be a finite number >= 0")
-    return value
 
 
 @dataclass
@@ -257,7 +236,7 @@ def _finite_float(value: Any) -> float:
     (the sign is checked by ``validate``, which can say what the setting needs)."""
     if isinstance(value, bool):
         raise ValueError
-    v = _number(value) if isinstance(value, str) else float(value)
+    v = number(value) if isinstance(value, str) else float(value)
     if not math.isfinite(v):
         raise ValueError
     return v
