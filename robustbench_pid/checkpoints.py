@@ -9,11 +9,12 @@ from typing import Any, Dict
 from .errors import CheckpointError
 
 MANIFEST = "manifest.json"
+# no environment override: which weights ``embedded:NAME`` loads is part of the package, never of the shell
+EMBEDDED_DIR = Path(__file__).resolve().parent / "embedded_checkpoints"
 
 
 def checkpoints_dir() -> Path:
-    env = os.environ.get("ROBUSTBENCH_PID_CHECKPOINTS")
-    return Path(env) if env else Path(__file__).resolve().parent / "embedded_checkpoints"
+    return EMBEDDED_DIR
 
 
 def read_manifest(folder: Path | None = None) -> Dict[str, Dict[str, Any]]:

@@ -10,13 +10,10 @@ are corrupted inside the DataLoader workers (the CPU-bound part), with the same 
 Records: ``attack`` = ``condition`` = ``<corruption>/<severity>`` (or ``clean``), ``eps`` = 0
 (a corruption has no eps), plus ``corruption`` and ``severity`` columns.
 
-Tidy rows (values in percent): ``top1``/``top5`` per condition; ``err_<corruption>`` (top-1 error
-averaged over the severities) and ``mean_err`` (over the 15 mCE corruptions), always;
-``ce_<corruption>``, ``mce``, ``relative_mce`` when a baseline exists: AlexNet for ``imagenet`` and ``imagenet-c``
-(ImageNet validation images), otherwise the model named by ``ROBUSTBENCH_PID_CE_BASELINE`` (or the ``baseline``
-argument of ``corruption_rows``) whose records for the same dataset, split and samples are in the
-same records / results store (AlexNet's constants only hold for ImageNet). The ``ce_baseline``
-column says which baseline a row used.
+Tidy rows (``robustbench_pid.summaries.corruptions``, values in percent): ``top1``/``top5`` per
+condition; ``err_<corruption>`` and ``mean_err`` always; ``ce_<corruption>``, ``mce``, ``relative_mce``
+when a baseline exists: AlexNet for ImageNet, otherwise the model named by the explicit ``ce_baseline``
+option of the result readers.
 """
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ Protocol: every file of ``<root>/[<category>/]<corruption>/<severity>/<wnid>/*.J
 prediction. Per corruption c: CE_c = 100 x sum_s E_{s,c} / sum_s E^AlexNet_{s,c}; mCE = mean CE
 over the 15 corruptions (hendrycks/robustness constants); relative mCE needs the clean error, which
 is measured on the same (wnid, file) ImageNet val images when the ImageNet root is given
-(``ROBUSTBENCH_PID_IMAGENET_ROOT`` or the dataset option ``imagenet_root``), with the model's
+(the dataset option ``imagenet_root``, whose default is ``$ROBUSTBENCH_PID_IMAGENET_ROOT``), with the model's
 usual resize/crop transform. The 4 held-out corruptions, when present, get ``err_<c>`` rows only.
 
 Records and tidy rows are those of the ``corruptions`` benchmark (``condition`` = ``c/s``;
