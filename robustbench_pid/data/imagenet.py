@@ -1,4 +1,5 @@
-"""The ImageNet family, read from the user's own copies in their published layouts.
+"""The ImageNet family, read from the user's own copies in their published layouts (ImageNet-C's
+per-condition dataset is in ``imagenet_c.py``; the shared scanning and transforms are here).
 
 =================  ==========================================================  =====================
 dataset            layout under ``--data-root``                                label
@@ -50,8 +51,7 @@ import torch
 from torch.utils.data import Dataset
 
 from ..errors import UserError
-from ..imagenet_info import (CORRUPTIONS_15, CORRUPTIONS_EXTRA, IMAGENET_C_CATEGORIES, SEVERITIES,
-                             subset_indices, subset_wnids, wnid_to_index)
+from ..imagenet_info import subset_indices, subset_wnids, wnid_to_index
 from . import DatasetInfo, datasets
 
 IMAGE_EXTENSIONS = (".jpeg", ".jpg", ".png")
@@ -94,7 +94,7 @@ def eval_transform(model_info: Dict[str, Any], resize: bool = True) -> Tuple[Any
 
 # --------------------------------------------------------------------------- scanning
 
-def _root(root: Optional[str], name: str) -> Path:
+def dataset_root(root: Optional[str], name: str) -> Path:
     if not root:
         raise UserError(f"dataset {name!r} needs --data-root DIR (your local copy; nothing is downloaded)")
     p = Path(root).expanduser()
@@ -112,13 +112,13 @@ def _images(folder: Path) -> List[Path]:
     return files
 
 
-def _subdirs(folder: Path) -> List[Path]:
+def subdirs(folder: Path) -> List[Path]:
     return sorted(d for d in folder.iterdir() if d.is_dir() and not d.name.startswith("."))
 
 
 def _descend(root: Path, inner: str, name: str) -> Path:
     """Accept both ``root/<classes>`` and ``root/<inner>/<classes>``."""
-    if (root / inner).is_dir() and not any(d.name in wnid_to_index() for d in _subdirs(root)):
+    if (root / inner).is_dir() and not any(d.name in wnid_to_index() for d in subdirs(root)):
         return root / inner
     return root
 
@@ -128,7 +128,7 @@ def scan_wnid_folders(root: Path, name: str, allowed: Optional[Sequence[str]] = 
     """Items of a ``<wnid>/<image>`` tree; labels are indices into the 1000 sorted wnids."""
     w2i = wnid_to_index()
     allowed_set = set(allowed) if allowed is not None else set(w2i)
-    dirs = _subdirs(root)
+    dirs = subdirs(root)
     if not dirs:
         raise UserError(f"{name}: no class folders under {root}; expected {root}/<wnid>/*.JPEG")
     items: List[Item] = []
@@ -151,7 +151,7 @@ def choose_subset(n_total: int, n: int, seed: int) -> List[int]:
     return sorted(int(i) for i in np.random.default_rng(seed).choice(n_total, size=n, replace=False))
 
 
-def _ids_sha256(ids: Sequence[str]) -> str:
+def ids_sha256(ids: Sequence[str]) -> str:
     return hashlib.sha256("".join(f"{s}\n" for s in ids).encode()).hexdigest()
 
 
@@ -171,7 +171,7 @@ class ImageFiles(Dataset):
         if skip_unreadable:
             good = []
             for it in items:
-                if _readable(it.path):
+                if readable(it.path):
                     good.append(it)
                 else:
                     unreadable.append(str(it.path))
@@ -186,7 +186,7 @@ class ImageFiles(Dataset):
         self.info = datasets.get(name)
         self.provenance = {**provenance, "dataset": name, "n": len(items), "skip_unreadable": skip_unreadable,
                            "n_unreadable": len(unreadable), "unreadable": unreadable[:100],
-                           "sample_ids_sha256": _ids_sha256(self.sample_ids)}
+                           "sample_ids_sha256": ids_sha256(self.sample_ids)}
 
     def __len__(self) -> int:
         return len(self.items)
@@ -210,7 +210,7 @@ def load_image(path: Path) -> Any:
                         f"(and count) unreadable images") from None
 
 
-def _readable(path: Path) -> bool:
+def readable(path: Path) -> bool:
     try:
         load_image(path)
         return True
@@ -233,7 +233,7 @@ def _finish(name: str, items: List[Item], tf: Any, desc: Dict[str, Any], root: P
 
 def _imagenet_val(split: str, root: Optional[str], model_info: Dict[str, Any], subset: Optional[int] = None,
                   subset_seed: int = 0, skip_unreadable: bool = False) -> ImageFiles:
-    r = _descend(_root(root, "imagenet"), "val", "imagenet")
+    r = _descend(dataset_root(root, "imagenet"), "val", "imagenet")
     tf, desc = eval_transform(model_info)
     items = scan_wnid_folders(r, "imagenet")
     return _finish("imagenet", items, tf, desc, r, subset, subset_seed, skip_unreadable,
@@ -243,7 +243,7 @@ def _imagenet_val(split: str, root: Optional[str], model_info: Dict[str, Any], s
 def _restricted(name: str, key: str):
     def factory(split: str, root: Optional[str], model_info: Dict[str, Any], subset: Optional[int] = None,
                 subset_seed: int = 0, skip_unreadable: bool = False) -> ImageFiles:
-        r = _descend(_root(root, name), name, name)
+        r = _descend(dataset_root(root, name), name, name)
         tf, desc = eval_transform(model_info)
         items = scan_wnid_folders(r, name, allowed=subset_wnids(key))
         return _finish(name, items, tf, desc, r, subset, subset_seed, skip_unreadable,
@@ -268,7 +268,7 @@ def imagenet_root_option(opt: Optional[str], who: str) -> Path:
 def _imagenet_o(split: str, root: Optional[str], model_info: Dict[str, Any], subset: Optional[int] = None,
                 subset_seed: int = 0, skip_unreadable: bool = False,
                 imagenet_root: Optional[str] = None) -> ImageFiles:
-    r = _descend(_root(root, "imagenet-o"), "imagenet-o", "imagenet-o")
+    r = _descend(dataset_root(root, "imagenet-o"), "imagenet-o", "imagenet-o")
     o_wnids = subset_wnids("o")
     ood = scan_wnid_folders(r, "imagenet-o", allowed=o_wnids, prefix="imagenet-o/", condition="ood", ood=True)
     val = imagenet_root_option(imagenet_root, "imagenet-o")
@@ -296,143 +296,10 @@ def _imagenet_o(split: str, root: Optional[str], model_info: Dict[str, Any], sub
                       logit_indices=subset_indices("o"))
 
 
-def scan_imagenet_c(root: Path, corruptions: Optional[Sequence[str]] = None) -> Dict[str, Path]:
-    """corruption -> its folder, allowing one category level; checks the 1..5 severity folders."""
-    known = set(CORRUPTIONS_15) | set(CORRUPTIONS_EXTRA)
-    found: Dict[str, Path] = {}
-    for d in _subdirs(root):
-        if d.name in known:
-            found[d.name] = d
-        elif d.name in IMAGENET_C_CATEGORIES:
-            for c in _subdirs(d):
-                if c.name not in known:
-                    raise UserError(f"imagenet-c: {c} is not an ImageNet-C corruption folder (valid: "
-                                    f"{', '.join(CORRUPTIONS_15 + CORRUPTIONS_EXTRA)})")
-                found[c.name] = c
-        else:
-            raise UserError(f"imagenet-c: {d} is neither a corruption folder nor a category folder "
-                            f"({', '.join(IMAGENET_C_CATEGORIES)}); expected <root>/<corruption>/<1..5>/<wnid>/")
-    wanted = list(corruptions) if corruptions else list(CORRUPTIONS_15)
-    missing = [c for c in wanted if c not in found]
-    if missing:
-        raise UserError(f"imagenet-c: corruption folder(s) missing under {root}: {', '.join(missing)} "
-                        f"(expected {root}/<corruption>/<1..5>/<wnid>/*.JPEG; all 15 are needed for mCE)")
-    order = [c for c in CORRUPTIONS_15 + CORRUPTIONS_EXTRA
-             if c in found and (c in wanted or (not corruptions and c in CORRUPTIONS_EXTRA))]
-    for c in order:
-        for s in SEVERITIES:
-            if not (found[c] / str(s)).is_dir():
-                raise UserError(f"imagenet-c: severity folder {found[c] / str(s)} is missing "
-                                f"(each corruption needs 1..5)")
-    return {c: found[c] for c in order}
-
-
-class _Lazy(Sequence):
-    """A read-only sequence computed per index (ImageNet-C holds 3.75M samples: no per-sample objects)."""
-
-    def __init__(self, n: int, fn: Any) -> None:
-        self._n, self._fn = n, fn
-
-    def __len__(self) -> int:
-        return self._n
-
-    def __getitem__(self, i: Any) -> Any:
-        if isinstance(i, slice):
-            return [self._fn(j) for j in range(*i.indices(self._n))]
-        if i < 0:
-            i += self._n
-        if not 0 <= i < self._n:
-            raise IndexError(i)
-        return self._fn(i)
-
-
-class ImageNetCFiles(Dataset):
-    """ImageNet-C as conditions x (wnid, file) keys: sample i is condition ``i // n_keys`` of key
-    ``i % n_keys``; conditions are contiguous, in the standard order (clean first when present)."""
-
-    def __init__(self, conditions: List[Tuple[str, Path]], keys: List[str], transform: Any,
-                 transforms: Dict[str, Any], provenance: Dict[str, Any], skip_unreadable: bool = False) -> None:
-        self.conds = conditions  # (condition, folder holding <wnid>/<file>)
-        unreadable: List[str] = []
-        if skip_unreadable:  # drop a bad (wnid, file) from every condition, so conditions stay paired
-            bad = set()
-            for c, folder in conditions:
-                for k in keys:
-                    if k not in bad and not _readable(folder / k):
-                        bad.add(k)
-                        unreadable.append(str(folder / k))
-            keys = [k for k in keys if k not in bad]
-        self.keys = keys
-        w2i = wnid_to_index()
-        self.key_labels = [w2i[k.split("/", 1)[0]] for k in keys]
-        self.transform, self.transforms = transform, transforms
-        n, nk = len(conditions) * len(keys), max(1, len(keys))
-        self.sample_ids = _Lazy(n, lambda i: f"{self.conds[i // nk][0]}/{self.keys[i % nk]}")
-        self.labels = _Lazy(n, lambda i: self.key_labels[i % nk])
-        self.conditions = _Lazy(n, lambda i: self.conds[i // nk][0])
-        self.n_unreadable = len(unreadable)
-        self.info = datasets.get("imagenet-c")
-        self.provenance = {**provenance, "dataset": "imagenet-c", "n": n, "n_per_condition": len(keys),
-                           "skip_unreadable": skip_unreadable, "n_unreadable": len(unreadable),
-                           "unreadable": unreadable[:100],
-                           "sample_ids_sha256": _ids_sha256([f"{c}/{k}" for c, _ in conditions for k in keys])}
-
-    def __len__(self) -> int:
-        return len(self.conds) * len(self.keys)
-
-    def path(self, i: int) -> Path:
-        c, folder = self.conds[i // len(self.keys)]
-        return folder / self.keys[i % len(self.keys)]
-
-    def __getitem__(self, i: int) -> Tuple[torch.Tensor, int]:
-        cond = self.conds[i // len(self.keys)][0]
-        img = load_image(self.path(i))
-        return self.transforms.get(cond, self.transform)(img), self.key_labels[i % len(self.keys)]
-
-
-def _keys(root: Path) -> List[str]:
-    """Sorted "<wnid>/<file>" of a <wnid>/<image> tree, with the usual checks (names the path)."""
-    return [it.sample_id for it in scan_wnid_folders(root, "imagenet-c")]
-
-
-def _imagenet_c(split: str, root: Optional[str], model_info: Dict[str, Any], subset: Optional[int] = None,
-                subset_seed: int = 0, skip_unreadable: bool = False, corruptions: Optional[Sequence[str]] = None,
-                imagenet_root: Optional[str] = None, clean: Optional[bool] = None) -> ImageNetCFiles:
-    r = _root(root, "imagenet-c")
-    folders = scan_imagenet_c(r, corruptions)
-    conds: List[Tuple[str, Path]] = [(f"{c}/{s}", d / str(s)) for c, d in folders.items() for s in SEVERITIES]
-    keys = _keys(conds[0][1])
-    extra: Dict[str, Any] = {"corruptions": list(folders), "severities": list(SEVERITIES),
-                             "n_per_condition_found": len(keys)}
-    for cond, folder in conds[1:]:  # every condition must hold the same images
-        have = set(_keys(folder))
-        if have != set(keys):
-            diff = sorted(set(keys) - have) or sorted(have - set(keys))
-            what = "is missing" if set(keys) - have else "is not in the other conditions"
-            raise UserError(f"imagenet-c: {folder / diff[0]} {what} (every condition must hold the same images)")
-    if subset is not None:
-        keys = [keys[i] for i in choose_subset(len(keys), subset, subset_seed)]
-        extra["subset"] = {"n": subset, "seed": subset_seed, "rule": "the same sorted(default_rng(seed).choice("
-                           "n, k, replace=False)) (wnid, file) pairs in every condition"}
-    tf, desc = eval_transform(model_info, resize=False)
-    transforms: Dict[str, Any] = {}
-    want_clean = clean if clean is not None else bool(imagenet_root)
-    if want_clean:
-        val = imagenet_root_option(imagenet_root, "imagenet-c's clean condition")
-        for k in keys:
-            if not (val / k).is_file():
-                raise UserError(f"imagenet-c clean condition: {val / k} is missing from the ImageNet root")
-        conds.insert(0, ("clean", val))
-        transforms["clean"], extra["clean_transform"] = eval_transform(model_info)
-        extra["imagenet_root"] = str(val)
-    prov = {"root": str(r), "transform": desc, **extra}
-    return ImageNetCFiles(conds, keys, tf, transforms, prov, skip_unreadable=skip_unreadable)
-
-
 def _imagenet_v2(split: str, root: Optional[str], model_info: Dict[str, Any], subset: Optional[int] = None,
                  subset_seed: int = 0, skip_unreadable: bool = False) -> ImageFiles:
-    r = _root(root, "imagenet-v2")
-    dirs = _subdirs(r)
+    r = dataset_root(root, "imagenet-v2")
+    dirs = subdirs(r)
     if not dirs:
         raise UserError(f"imagenet-v2: no class folders under {r}; expected {r}/<0..999>/*.jpeg")
     items: List[Item] = []
@@ -447,7 +314,7 @@ def _imagenet_v2(split: str, root: Optional[str], model_info: Dict[str, Any], su
 
 def _imagenet_sketch(split: str, root: Optional[str], model_info: Dict[str, Any], subset: Optional[int] = None,
                      subset_seed: int = 0, skip_unreadable: bool = False) -> ImageFiles:
-    r = _descend(_root(root, "imagenet-sketch"), "sketch", "imagenet-sketch")
+    r = _descend(dataset_root(root, "imagenet-sketch"), "sketch", "imagenet-sketch")
     tf, desc = eval_transform(model_info)
     items = scan_wnid_folders(r, "imagenet-sketch")
     return _finish("imagenet-sketch", items, tf, desc, r, subset, subset_seed, skip_unreadable)
@@ -456,9 +323,6 @@ def _imagenet_sketch(split: str, root: Optional[str], model_info: Dict[str, Any]
 datasets.add("imagenet", DatasetInfo(
     "imagenet", "imagenet", 1000, "ImageNet-1k validation (50,000), <root>/[val/]<wnid>/*.JPEG",
     splits=("val",), needs_root=True, default_benchmark="adversarial", factory=_imagenet_val))
-datasets.add("imagenet-c", DatasetInfo(
-    "imagenet-c", "imagenet", 1000, "ImageNet-C, <root>/[<category>/]<corruption>/<1..5>/<wnid>/*.JPEG (224x224)",
-    splits=("test",), needs_root=True, default_benchmark="imagenet_c", factory=_imagenet_c))
 datasets.add("imagenet-a", DatasetInfo(
     "imagenet-a", "imagenet", 1000, "ImageNet-A (7,500), <root>/<wnid>/*.jpg, 200 classes (masked logits)",
     splits=("test",), needs_root=True, default_benchmark="restricted", factory=_restricted("imagenet-a", "a")))
