@@ -294,7 +294,8 @@ def plain_loop(cfg: Dict[str, Any], t_script: float) -> Dict[str, Any]:
         x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
         n += len(y)
         with torch.inference_mode():
-            clean_pred = model(x).argmax(1)
+            clean_logits = model(x)
+        clean_pred = clean_logits.argmax(1)  # outside inference mode: the attacks' autograd may save it
         correct["clean@0.000000"] += (clean_pred == y).sum()
         z = model.normalize(x) if attacks else None
         for key, attack, gen in attacks:  # paper protocol: normalized space, no clipping, clean-prediction labels
