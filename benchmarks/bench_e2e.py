@@ -310,10 +310,6 @@ def plain_loop(cfg: Dict[str, Any], t_script: float) -> Dict[str, Any]:
 
 # --------------------------------------------------------------------------- timing
 
-def median(v: List[float]) -> float:
-    return statistics.median(v)
-
-
 def time_scenario(a: argparse.Namespace, scenario: str, tree: Path, ckpt: Path, work: Path) -> Dict[str, Any]:
     conds = conditions(scenario, a.steps)
     suite = None
@@ -339,7 +335,7 @@ def time_scenario(a: argparse.Namespace, scenario: str, tree: Path, ckpt: Path, 
         res["eval_run"].append(float(json.loads((out / "run.json").read_text())["wall_seconds"]))
         top1_eval = evaluate_top1(out)
         shutil.rmtree(out)
-    m = {k: median(v) for k, v in res.items()}
+    m = {k: statistics.median(v) for k, v in res.items()}
     return {"scenario": scenario, "conditions": len(conds), **m, "top1_plain": top1_plain, "top1_eval": top1_eval,
             "command": " ".join(cmd)}
 
