@@ -342,15 +342,17 @@ def time_scenario(a: argparse.Namespace, scenario: str, tree: Path, ckpt: Path, 
 
 def print_table(a: argparse.Namespace, n: int, rows: List[Dict[str, Any]]) -> None:
     print(f"{'scenario':9} {'conds':>5} {'plain s':>8} {'evaluate s':>10} {'ratio':>6}   "
-          f"{'plain start s':>13} {'eval run() s':>12} {'top-1 plain/eval (max |diff|)':>30}")
+          f"{'plain start s':>13} {'ratio w/ starts':>15} {'eval run() s':>12} {'top-1 plain/eval (max |diff|)':>30}")
     for r in rows:
         diffs = [abs(r["top1_plain"][k] - r["top1_eval"].get(k, float("nan"))) for k in r["top1_plain"]]
         clean = f"{r['top1_plain']['clean@0.000000']:.1f}/{r['top1_eval'].get('clean@0.000000', float('nan')):.1f}"
         print(f"{r['scenario']:9} {r['conditions']:>5} {r['plain_work']:>8.2f} {r['eval_wall']:>10.2f} "
               f"{r['plain_work'] / r['eval_wall']:>6.3f}   {r['plain_wall'] - r['plain_work']:>13.2f} "
+              f"{r['plain_wall'] / r['eval_wall']:>15.3f} "
               f"{r['eval_run']:>12.2f} {'clean ' + clean + f' ({max(diffs):.1f} pts)':>30}")
     print("ratio = plain s / evaluate s (target >= 0.9). plain s: model + ImageFolder + DataLoader + every batch, "
-          "after its imports; plain start s: that process's interpreter start + imports (not in plain s). "
+          "after its imports; plain start s: that process's interpreter start + imports (not in plain s); "
+          "ratio w/ starts: both processes timed whole, start to exit (the same work for both). "
           "evaluate s: the whole command (start, imports, loading, run, tables); eval run() s: run.json "
           "wall_seconds (inside run()).")
     print(f"images decoded: plain once per image per scenario; evaluate once per work unit "
