@@ -3,7 +3,8 @@ records, and turns records into tidy metric rows. ``adversarial`` (clean + attac
 """
 from __future__ import annotations
 
-from typing import Any, Callable, ClassVar, Dict, Iterable, List, Mapping, NamedTuple, Sequence, Tuple, Union
+from typing import (Any, Callable, ClassVar, Dict, Iterable, List, Mapping, NamedTuple, Optional, Sequence, Tuple,
+                    Union)
 
 import numpy as np
 import pandas as pd
@@ -16,9 +17,11 @@ from ..specs import Unit
 class Batch(NamedTuple):
     """A batch of a unit's samples on the run's device, as ``Context.batches`` yields it."""
 
-    x: torch.Tensor
+    x: torch.Tensor  # never modified in place: the units of a chunk share it
     y: torch.Tensor
     sample_ids: List[str]
+    # what the units of one chunk share beyond the images (e.g. the clean logits); None: nothing
+    memo: Optional[Dict[str, Any]] = None
 
 
 # a record column of one batch: per-sample values (a tensor, array or list) or one value for all
