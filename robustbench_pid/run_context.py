@@ -93,7 +93,11 @@ class Context:
     def chunks(self, spans: Sequence[Span]) -> Iterator[Tuple[Span, List[Batch]]]:
         """Each span's batches, decoded and on the device, span after span; while one is yielded
         (held: :meth:`batches` serves it to every unit of that span) the loader's workers
-        decode the next ones (one pass over all spans: no drain and restart between them)."""
+        decode the next ones (one pass over all spans: no drain and restart between them).
+
+        A span is decoded whole before its units run, outside every unit's RNG scope: starting
+        the loader draws a seed from the global RNG, which inside a unit would make that unit's
+        draws depend on whether it happened to be the first of the pass."""
         self._streaming = True
         try:
             for span, got in self._decode(spans):

@@ -109,12 +109,12 @@ def attack_batches(ctx: Any, unit: Unit) -> Iterator[AttackedBatch]:
     gen = ctx.generator(unit)
     for x, y, sids, memo in ctx.batches(unit):
         clean_logits = memo.get("clean_logits") if memo is not None else None
-        if clean_logits is None:  # computed once per batch of a held chunk, by its first unit
+        if clean_logits is None:  # computed (and checked) once per batch of a held chunk, by its first unit
             with torch.inference_mode():
                 clean_logits = model(x).float()
+            check_finite(clean_logits, ctx, unit, "clean")
             if memo is not None:
                 memo["clean_logits"] = clean_logits
-        check_finite(clean_logits, ctx, unit, "clean")
         clean_pred = clean_logits.argmax(1)
         c1, c5 = still_correct(clean_logits, y, 1), still_correct(clean_logits, y, 5)
         b = AttackedBatch(x, y, sids, clean_pred, c1, c5, attack, paper)
