@@ -33,7 +33,8 @@ def calibrate(ctx: Context, reps: int = 3) -> Tuple[float, float]:
     """Seconds per image of one forward and of one forward+backward-to-input pass, measured on
     one batch of the run's own data, model, device and precision (median of ``reps``)."""
     u = Unit("calibration", "clean", 0.0, "{}", "", 0, min(len(ctx.indices), ctx.batch_size), "0" * 64)
-    x, y, _ = next(ctx.batches(u))
+    b = next(ctx.batches(u))
+    x, y = b.x, b.y
     model = ctx.verdict_model()
     amodel = ctx.attacked_model()
 

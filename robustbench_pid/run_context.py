@@ -10,9 +10,10 @@ records.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import random
 from dataclasses import dataclass, field
-from typing import Any, Dict, Iterator, List, Optional
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -29,8 +30,8 @@ from .specs import PROTOCOLS, RunSpec, Unit
 
 
 class _BatchPlan:
-    """A batch sampler whose batches are set per unit, so one DataLoader (and its persistent
-    workers) serves every unit instead of starting workers per unit."""
+    """A batch sampler whose batches are set before each pass, so one DataLoader (and its
+    persistent workers) serves the whole run instead of starting workers per unit."""
 
     def __init__(self) -> None:
         self.batches: List[List[int]] = []
@@ -40,6 +41,9 @@ class _BatchPlan:
 
     def __len__(self) -> int:
         return len(self.batches)
+
+
+Span = Tuple[int, int]  # sample positions [start, stop) within the evaluated set
 
 
 @dataclass
@@ -58,7 +62,8 @@ class Context:
     channels_last: bool = False
     _plan: _BatchPlan = field(default_factory=_BatchPlan, repr=False)
     _loader: Optional[DataLoader] = field(default=None, repr=False)
-    _heartbeat: Any = field(default=None, repr=False)
+    _held: Dict[Span, List[Batch]] = field(default_factory=dict, repr=False)  # the chunk on the device
+    _streaming: bool = field(default=False, repr=False)
 
     def __post_init__(self) -> None:
         if not self.batch_size:
@@ -75,21 +80,58 @@ class Context:
         return self._loader
 
     def batches(self, unit: Unit) -> Iterator[Batch]:
-        """(x, y, sample_ids) batches of the unit's samples, on the device (loading overlaps
-        compute when --workers > 0; host->device copies are asynchronous from pinned memory)."""
-        idx = self.indices[unit.start:unit.stop]
+        """(x, y, sample_ids) batches of the unit's samples, on the device: the held chunk's
+        (:meth:`chunks`: decoded once for all its units) or, outside a run, decoded for this call."""
+        held = self._held.get((unit.start, unit.stop))
+        if held is not None:
+            return iter(held)
+        if self._streaming:  # the loader is mid-pass over the run's chunks: a new pass would reset it
+            raise RuntimeError(f"unit {unit.key[:12]} asked for samples [{unit.start}:{unit.stop}] outside the "
+                               f"chunk on the device")
+        return (b for _, got in self._decode([(unit.start, unit.stop)]) for b in got)
+
+    def chunks(self, spans: Sequence[Span]) -> Iterator[Tuple[Span, List[Batch]]]:
+        """Each span's batches, decoded and on the device, span after span; while one is yielded
+        (held: :meth:`batches` serves it to every unit of that span) the loader's workers
+        decode the next ones (one pass over all spans: no drain and restart between them).
+
+        A span is decoded whole before its units run, outside every unit's RNG scope: starting
+        the loader draws a seed from the global RNG, which inside a unit would make that unit's
+        draws depend on whether it happened to be the first of the pass."""
+        self._streaming = True
+        try:
+            for span, got in self._decode(spans):
+                self._held = {span: got}
+                yield span, got
+                self._held = {}
+        finally:
+            self._held, self._streaming = {}, False
+
+    def _decode(self, spans: Sequence[Span]) -> Iterator[Tuple[Span, List[Batch]]]:
+        """One loader pass over the spans' samples (with --workers it runs ahead, across spans;
+        host->device copies are asynchronous from pinned memory)."""
         bs = self.batch_size
-        self._plan.batches = [idx[i:i + bs] for i in range(0, len(idx), bs)]
-        pos = 0
+        per_span = []
+        plan: List[List[int]] = []
+        for s, e in spans:
+            idx = self.indices[s:e]
+            batches = [idx[i:i + bs] for i in range(0, len(idx), bs)]
+            per_span.append(len(batches))
+            plan += batches
+        self._plan.batches = plan
         fmt = torch.channels_last if self.channels_last else torch.contiguous_format
-        for x, y in without_worker_traceback(self.loader()):  # a bad image in a worker: one-line error
-            n = len(y)
-            sids = [self.dataset.sample_ids[i] for i in idx[pos:pos + n]]
-            pos += n
-            x = x.to(self.device, non_blocking=True).float().contiguous(memory_format=fmt)
-            yield Batch(x, y.to(self.device, non_blocking=True).long(), sids)
-        if pos != len(idx):
-            raise RuntimeError(f"data loader returned {pos} of {len(idx)} samples for unit {unit.key[:12]}")
+        loaded = without_worker_traceback(self.loader())  # a bad image in a worker: one-line error
+        for (s, e), n_batches, first in zip(spans, per_span, itertools.accumulate([0] + per_span)):
+            got: List[Batch] = []
+            for idx, (x, y) in zip(plan[first:first + n_batches], loaded):
+                if len(y) != len(idx):
+                    raise RuntimeError(f"data loader returned {len(y)} of {len(idx)} samples of [{s}:{e}]")
+                x = x.to(self.device, non_blocking=True).float().contiguous(memory_format=fmt)
+                got.append(Batch(x, y.to(self.device, non_blocking=True).long(),
+                                 [self.dataset.sample_ids[i] for i in idx], {}))
+            if len(got) != n_batches:
+                raise RuntimeError(f"data loader returned {len(got)} of {n_batches} batches of [{s}:{e}]")
+            yield (s, e), got
 
     def generator(self, unit: Unit) -> torch.Generator:
         """The unit's generator: on the CPU whatever the run's device (attacks draw on it and move

@@ -79,6 +79,39 @@ def test_unit_passes_by_attack() -> None:
     assert passes("noise", eps=0.01) == (2, 0)
 
 
+def test_each_sample_decoded_once_and_records_equal_unit_by_unit(tmp_path: Path, monkeypatch) -> None:
+    """Chunk-major scheduling: in a run of 4 conditions (clean, FGSM, PGD, noise) over 2 chunks
+    every sample is read and transformed exactly once, and the records equal, bit for bit, those
+    of the same units computed one at a time (one process-run per unit, each reading its own
+    samples: the per-unit order, which reads every sample once per condition)."""
+    from collections import Counter
+
+    from robustbench_pid.data.digits import Digits
+
+    reads: Counter = Counter()
+    real = Digits.__getitem__
+
+    def counting(self, i):
+        reads[int(i)] += 1
+        return real(self, i)
+
+    monkeypatch.setattr(Digits, "__getitem__", counting)
+    attacks = [AttackSpec("fgsm", {"eps": 2 / 255}), pgd(2 / 255), AttackSpec("noise", {"eps": 0.1})]
+    base = dict(model="deit", attacks=attacks, limit=20, chunk_size=10, batch_size=4, quiet=True)
+    a = pd.read_parquet(run(RunSpec(out=tmp_path / "a" / "run", **base)) / "records.parquet")
+    assert sorted(reads) == list(range(20)) and set(reads.values()) == {1}
+    assert len(a) == 4 * 20 and a.groupby("attack")["sample_id"].nunique().to_dict() == {
+        "clean": 20, "fgsm": 20, "noise": 20, "pgd": 20}
+
+    reads.clear()
+    n_units = 8
+    for i in range(n_units):
+        run(RunSpec(out=tmp_path / "b" / "run", shard=f"{i}/{n_units}", **base))
+    assert sorted(reads) == list(range(20)) and set(reads.values()) == {4}
+    b = pd.read_parquet(tmp_path / "b" / "run" / "records.parquet")
+    pd.testing.assert_frame_equal(a, b, check_exact=True)
+
+
 def test_dry_run_marks_done_units(tmp_path: Path, capsys) -> None:
     spec = RunSpec(model="deit", attacks=[pgd(2 / 255)], limit=20, chunk_size=10, batch_size=10,
                    out=tmp_path / "run", quiet=True)

@@ -8,7 +8,8 @@ Conventions every attack follows (and the runner relies on):
 - Randomness comes from the ``generator`` passed in (the runner seeds it per work unit), never
   from the global RNG, and is drawn through :func:`draw` on the generator's device (the runner's is a
   CPU generator) and then moved to the batch's device, so a CPU and a GPU run draw the same numbers.
-- ``stats`` is filled during a call with per-sample diagnostics (e.g. ``grad_zero``).
+- ``stats`` is filled during a call with per-sample diagnostics (e.g. ``grad_zero``), on the
+  batch's device (copying them to the host mid-attack would stall the device).
 """
 from __future__ import annotations
 
@@ -146,7 +147,7 @@ class Attack:
             loss = margin_loss(logits.float(), y) if loss_fn == "margin" else F.cross_entropy(logits.float(), y, reduction="sum")
             (grad,) = torch.autograd.grad(loss, x)
         if "grad_zero" not in self.stats:
-            self.stats["grad_zero"] = grad.flatten(1).abs().amax(1).eq(0).cpu()
+            self.stats["grad_zero"] = grad.flatten(1).abs().amax(1).eq(0)  # on x's device: no host sync
         return grad.detach(), logits.detach()
 
 

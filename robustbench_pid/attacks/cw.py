@@ -92,7 +92,7 @@ class CW(Attack):
                     opt.zero_grad(set_to_none=True)
                     (grad,) = torch.autograd.grad(loss, w)
                 if "grad_zero" not in self.stats:
-                    self.stats["grad_zero"] = grad.flatten(1).abs().amax(1).eq(0).cpu()
+                    self.stats["grad_zero"] = grad.flatten(1).abs().amax(1).eq(0)
                 w.grad = grad
                 with torch.no_grad():
                     fooled = (logits.argmax(1) != y) & (z_y - other <= -self.kappa)

@@ -4,7 +4,8 @@ readers never import torch). ``adversarial`` (clean + attacks) is the default.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, ClassVar, Dict, Iterable, List, Mapping, NamedTuple, Sequence, Tuple, Union
+from typing import (Any, Callable, ClassVar, Dict, Iterable, List, Mapping, NamedTuple, Optional, Sequence, Tuple,
+                    Union)
 
 import numpy as np
 import pandas as pd
@@ -17,9 +18,11 @@ from ..specs import Unit
 class Batch(NamedTuple):
     """A batch of a unit's samples on the run's device, as ``Context.batches`` yields it."""
 
-    x: torch.Tensor
+    x: torch.Tensor  # never modified in place: the units of a chunk share it
     y: torch.Tensor
     sample_ids: List[str]
+    # what the units of one chunk share beyond the images (e.g. the clean logits); None: nothing
+    memo: Optional[Dict[str, Any]] = None
 
 
 # a record column of one batch: per-sample values (a tensor, array or list) or one value for all

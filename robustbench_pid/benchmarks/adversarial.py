@@ -90,8 +90,8 @@ class AttackedBatch:
     paper: bool = False
     x_adv: Optional[torch.Tensor] = None  # adversarial images in pixel space (x itself where not attacked)
     adv_logits: Optional[torch.Tensor] = None  # fp32 logits of the adversarial inputs
-    attacked: Optional[torch.Tensor] = None  # per sample (CPU): did the attack run on it
-    grad_zero: Optional[torch.Tensor] = None  # per sample (CPU): all-zero input gradient
+    attacked: Optional[torch.Tensor] = None  # per sample (on the device): did the attack run on it
+    grad_zero: Optional[torch.Tensor] = None  # per sample (on the device): all-zero input gradient
     grad_zero_known: bool = False  # False when the attack does not report grad_zero
 
 
@@ -106,17 +106,21 @@ def attack_batches(ctx: Any, unit: Unit) -> Iterator[AttackedBatch]:
     paper = ctx.spec.protocol == "paper"
     attack = None if unit.attack == "clean" else make_attack(unit.attack, **json.loads(unit.params))
     gen = ctx.generator(unit)
-    for x, y, sids in ctx.batches(unit):
-        with torch.inference_mode():
-            clean_logits = model(x).float()
-        check_finite(clean_logits, ctx, unit, "clean")
+    for x, y, sids, memo in ctx.batches(unit):
+        clean_logits = memo.get("clean_logits") if memo is not None else None
+        if clean_logits is None:  # computed (and checked) once per batch of a held chunk, by its first unit
+            with torch.inference_mode():
+                clean_logits = model(x).float()
+            check_finite(clean_logits, ctx, unit, "clean")
+            if memo is not None:
+                memo["clean_logits"] = clean_logits
         clean_pred = clean_logits.argmax(1)
         c1, c5 = still_correct(clean_logits, y, 1), still_correct(clean_logits, y, 5)
         b = AttackedBatch(x, y, sids, clean_pred, c1, c5, attack, paper)
         if attack is None:
             yield b
             continue
-        grad_zero = torch.zeros(len(y), dtype=torch.bool)
+        grad_zero = torch.zeros(len(y), dtype=torch.bool, device=y.device)
         # None when the attack does not report it (black box, or a library attack such as
         # AutoAttack whose gradients we do not see): "no zero gradients" would be a claim
         gz_known = False
@@ -129,9 +133,9 @@ def attack_batches(ctx: Any, unit: Unit) -> Iterator[AttackedBatch]:
             x_adv_pixels = ctx.model.denormalize(z_adv)
             with torch.inference_mode():
                 adv_logits = net(z_adv).float()
-            attacked = torch.ones(len(y), dtype=torch.bool)
+            attacked = torch.ones(len(y), dtype=torch.bool, device=y.device)
             if "grad_zero" in attack.stats:
-                grad_zero, gz_known = attack.stats["grad_zero"], True
+                grad_zero, gz_known = attack.stats["grad_zero"].to(y.device), True
         else:
             attacked = c5.clone() if attack.worst_case else torch.ones_like(c5)
             x_adv = x.clone()
@@ -141,12 +145,11 @@ def attack_batches(ctx: Any, unit: Unit) -> Iterator[AttackedBatch]:
                     x_adv[sel] = attack(ctx.attacked_model(), x[sel], y[sel], bounds=(0.0, 1.0), generator=gen)
                 check_finite(x_adv[sel], ctx, unit, "attack")
                 if "grad_zero" in attack.stats:
-                    grad_zero[sel.cpu()] = attack.stats["grad_zero"]
+                    grad_zero[sel] = attack.stats["grad_zero"].to(y.device)
                     gz_known = True
             x_adv_pixels = x_adv
             with torch.inference_mode():
                 adv_logits = model(x_adv).float()
-            attacked = attacked.cpu()
         check_finite(adv_logits, ctx, unit, "verdict")
         b.x_adv, b.adv_logits, b.attacked, b.grad_zero, b.grad_zero_known = (
             x_adv_pixels, adv_logits, attacked, grad_zero, gz_known)
