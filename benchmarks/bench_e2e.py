@@ -355,8 +355,8 @@ def print_table(a: argparse.Namespace, n: int, rows: List[Dict[str, Any]]) -> No
           "ratio w/ starts: both processes timed whole, start to exit (the same work for both). "
           "evaluate s: the whole command (start, imports, loading, run, tables); eval run() s: run.json "
           "wall_seconds (inside run()).")
-    print(f"images decoded: plain once per image per scenario; evaluate once per work unit "
-          f"(1 + conditions units per chunk of 512). n = {n} images.")
+    print(f"images decoded: once per image per scenario on both sides (evaluate holds each chunk of "
+          f"samples on the device for all its conditions). n = {n} images.")
 
 
 def main_timing(a: argparse.Namespace) -> None:
