@@ -12,7 +12,7 @@ from types import ModuleType as _ModuleType
 from typing import Any as _Any
 from typing import List as _List
 
-__version__ = "0.1.0"
+from .version import __version__
 
 # public name -> the module that defines it
 _LAZY = {

@@ -34,6 +34,8 @@ from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Seque
 
 import pandas as pd
 
+from .labels import eps_text
+
 SETTINGS_COLUMNS = ("benchmark", "attack", "params", "protocol", "precision")
 META_COLUMNS = ("attack_label", "norm", "white_box", "worst_case", "paper_eps")
 # the derived condition "correct only if correct under every worst-case attack run at this (norm, eps)"
@@ -128,6 +130,12 @@ def attack_meta(attack: str) -> Dict[str, Any]:
     return {"attack_label": cls.label or cls.name.upper(), "norm": str(cls.norm),
             "white_box": bool(cls.uses_gradients), "worst_case": bool(cls.worst_case),
             "paper_eps": math.nan if paper is None else float(paper)}
+
+
+def eps_text_of(attack: str, eps: float) -> str:
+    """An eps as people read it, in the unit of ``attack``'s norm (for run-time messages, where the
+    attack class is at hand; result readers use the recorded ``norm`` column instead)."""
+    return eps_text(eps, attack_meta(attack)["norm"])
 
 
 def worst_case_meta(combined_metas: Sequence[Mapping[str, Any]]) -> Dict[str, Any]:

@@ -15,7 +15,7 @@ import torch
 
 from .benchmarks import get_benchmark
 from .device import attack_precision
-from .plan import unit_eps_text
+from .conditions import eps_text_of
 from .provenance import device_name
 from .run_context import Context
 from .run_files import unit_done
@@ -94,7 +94,7 @@ def dry_run(ctx: Context, out: Path, units: List[Unit], mine: List[Unit], shard:
                 acc["fb"] += b * m
                 acc["est"] += est
                 acc["todo"] += 1
-        eps = unit_eps_text(u) if u.eps else "-"
+        eps = eps_text_of(u.attack, u.eps) if u.eps else "-"
         print(f"{u.key[:12]:12}  {j % n:>5}  {u.attack[:14]:14} {eps:>8}  {(u.condition or '-')[:14]:14} "
               f"{f'{u.start}:{u.stop}':>13}  {f:>8g} {b:>8g}  {status:6} {est:>9.1f}")
     print(f"total: {len(units)} units, {tot['todo']} to do: {tot['f']:.0f} forward and {tot['fb']:.0f} "

@@ -13,7 +13,7 @@ from typing import Any, Mapping
 
 import torch
 
-from .plan import unit_eps_text
+from .conditions import eps_text_of
 from .errors import UserError
 
 
@@ -42,7 +42,7 @@ def check_finite(t: torch.Tensor, ctx: Any, unit: Any, stage: str) -> None:
     cond = unit.attack + (f" {unit.condition}" if unit.condition and unit.condition != unit.attack else "")
     if unit.eps:
         
-        cond += f" eps={unit_eps_text(unit)}"
+        cond += f" eps={eps_text_of(unit.attack, unit.eps)}"
     raise NonFiniteError(
         f"model {ctx.spec.model!r} gave non-finite {what} ({kinds}) for {n_bad} of {len(t)} samples in the "
         f"{STAGES.get(stage, stage)} of {unit.benchmark}/{cond}, samples [{unit.start}:{unit.stop}]; its results "

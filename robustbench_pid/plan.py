@@ -12,6 +12,7 @@ import json
 from dataclasses import replace
 from typing import Any, Dict, List, Sequence
 
+from .conditions import eps_text_of
 from .specs import Unit
 
 PLAN_VERSION = 1
@@ -65,25 +66,16 @@ def unit_from_dict(d: Dict[str, Any]) -> Unit:
                 int(d["start"]), int(d["stop"]), d["key"])
 
 
-def unit_eps_text(u: Unit) -> str:
-    """The unit's eps through the one formatter, in its attack's norm (read from the attack class
-    only when a unit is shown, so reading plans stays torch-free)."""
-    from .conditions import attack_meta
-    from .labels import eps_text
-
-    return eps_text(u.eps, attack_meta(u.attack)["norm"])
-
-
 def unit_label(u: Unit) -> str:
     """The unit as error messages name it: benchmark, condition, samples and key prefix."""
     what = u.attack if not u.condition else f"{u.attack} {u.condition}"
-    eps = f" eps={unit_eps_text(u)}" if u.eps else ""
+    eps = f" eps={eps_text_of(u.attack, u.eps)}" if u.eps else ""
     return f"{u.benchmark}/{what}{eps} samples [{u.start}:{u.stop}] (unit {u.key[:12]})"
 
 
 def short_label(u: Unit) -> str:
     """The unit as the progress bar shows it."""
-    eps = f" eps={unit_eps_text(u)}" if u.eps else ""
+    eps = f" eps={eps_text_of(u.attack, u.eps)}" if u.eps else ""
     cond = f" {u.condition}" if u.condition else ""
     return f"{u.attack}{eps}{cond} [{u.start}:{u.stop}]"
 

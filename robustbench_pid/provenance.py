@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from . import __version__
+from .version import __version__
 from .errors import UserError
 from .run_context import Context
 from .run_files import now, read_json

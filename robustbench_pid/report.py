@@ -18,7 +18,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import pandas as pd
 
-from . import __version__
+from .version import __version__
 from .comparisons import compare_models
 from .diagnostics import diagnose
 from .inputs import AGGREGATE_METRICS, Inputs, as_inputs, attack_norms

@@ -71,7 +71,7 @@ def _train(model: str, recipe: Recipe, out_dir: Optional[Path], log: Any) -> Dic
     import torch
     import torch.nn.functional as F
 
-    from . import __version__
+    from .version import __version__
     from .data import load_dataset
     from .loaders import sha256_file
     from .models.zoo import build_model, resolve_model

@@ -132,3 +132,16 @@ def test_result_only_verbs_never_load_torch_or_timm():
 def test_no_module_holds_several_jobs_worth_of_lines():
     big = {m: n for m, f in MODULES.items() if (n := len(f.read_text().splitlines())) > MAX_LINES}
     assert big == {}
+
+
+def test_one_version_number():
+    """``version.py`` (what runs record) says what pyproject.toml (what pip installs) says."""
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10: the tomli backport (a dependency there)
+        import tomli as tomllib
+
+    from robustbench_pid.version import __version__
+
+    project = tomllib.loads((PKG.parent / "pyproject.toml").read_text())["project"]
+    assert __version__ == project["version"]
