@@ -260,7 +260,7 @@ def plain_loop(cfg: Dict[str, Any], t_script: float) -> Dict[str, Any]:
     from torchvision import transforms as T
 
     from robustbench_pid.attacks import make_attack
-    from robustbench_pid.attacks.base import parse_eps
+    from robustbench_pid.labels import parse_eps
     from robustbench_pid.benchmarks.adversarial import protocol_params
     from robustbench_pid.device import attack_precision
     from robustbench_pid.imagenet_info import wnid_to_index

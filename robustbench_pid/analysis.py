@@ -21,7 +21,7 @@ import argparse
 import sys
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Dict, Iterator, List, Optional, Sequence, Union
+from typing import Dict, Iterator, List, Optional
 
 import pandas as pd
 import torch
@@ -97,55 +97,8 @@ def layer_cosines(model: nn.Module, x: torch.Tensor) -> tuple:
     return logits, torch.stack([pairwise_cosine(reps[i].float()) for i in range(len(reps))])
 
 
-# --- plotting ------------------------------------------------------------------------------------
-def _series_label(keys: tuple, cols: Sequence[str]) -> str:
-    parts = [str(v) for c, v in zip(cols, keys) if c != "checkpoint_sha256" and str(v) not in ("", "nan", "None")]
-    sha = dict(zip(cols, keys)).get("checkpoint_sha256")
-    if sha and str(sha) not in ("nan", "None"):
-        parts.append(f"[{str(sha)[:8]}]")
-    return " ".join(parts)
-
-
-def plot_rank_collapse(df: pd.DataFrame, path: Union[str, Path], title: Optional[str] = None) -> Path:
-    """Token cosine similarity against depth, one line (with its 95% band) per model, one PNG."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    if "metric" in df.columns:
-        df = df[df["metric"] == "token_cosine"]
-    if df.empty or "layer" not in df.columns:
-        raise UserError("no token_cosine rows to plot (run `evaluate --benchmark rank-collapse` first)")
-    cols = [c for c in ("model", "dataset", "checkpoint_sha256") if c in df.columns]
-    groups = list(df.groupby(cols, sort=False, dropna=False)) if cols else [((), df)]
-    multi_ds = "dataset" in df.columns and df["dataset"].nunique() > 1
-    label_cols = [c for c in cols if c != "dataset" or multi_ds]
-    fig, ax = plt.subplots(figsize=(6.4, 4.2), dpi=120)
-    for keys, g in groups:
-        keys = keys if isinstance(keys, tuple) else (keys,)
-        g = g.sort_values("layer")
-        lab = _series_label(tuple(v for c, v in zip(cols, keys) if c in label_cols), label_cols) or "model"
-        ax.plot(g["layer"], g["value"], marker="o", ms=3.5, label=lab)
-        if {"ci_low", "ci_high"} <= set(g.columns) and g["ci_low"].notna().all():
-            ax.fill_between(g["layer"], g["ci_low"], g["ci_high"], alpha=0.2)
-    from matplotlib.ticker import MaxNLocator
-
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.set_xlabel("layer (0 = patch + position embeddings)")
-    ax.set_ylabel("average pairwise token cosine similarity")
-    ax.set_title(title or "Token similarity against depth (rank collapse)")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, format="png")
-    plt.close(fig)
-    return path
-
-
 def main(argv: Optional[List[str]] = None) -> int:
+    from .plots import draw_rank_collapse
     from .results import load_results
 
     p = argparse.ArgumentParser(prog="python -m robustbench_pid.analysis",
@@ -159,7 +112,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     try:
         frames = [load_results(r) for r in args.runs]
         df = pd.concat(frames, ignore_index=True)
-        out = plot_rank_collapse(df, args.out, args.title)
+        out = draw_rank_collapse(df, args.out, args.title)
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -20,11 +20,11 @@ from .inputs import ACCURACY_METRICS, OOD_DATASETS, as_inputs, norm_of
 FORMATS = ("png", "svg")
 
 
-def _figure(width: float, height: float):
+def _figure(width: float, height: float, dpi: int = 100):
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(width, height), dpi=100, layout="constrained")
+    fig = Figure(figsize=(width, height), dpi=dpi, layout="constrained")
     FigureCanvasAgg(fig)
     return fig
 
@@ -139,8 +139,7 @@ def plot_corruption_errors(data: Any, models: Optional[Sequence[str]] = None, da
 
 
 def plot_rank_collapse(data: Any, path: Union[str, Path] = "rank_collapse.png") -> Optional[Path]:
-    """Rank-collapse curves (PNG), drawn by ``robustbench_pid.analysis.plot_rank_collapse`` when the
-    results hold ``token_cosine`` rows; ``None`` otherwise."""
+    """Rank-collapse curves (PNG) when the results hold ``token_cosine`` rows; ``None`` otherwise."""
     out, _ = write_rank_collapse(data, path)
     return out
 
@@ -151,12 +150,48 @@ def write_rank_collapse(data: Any, path: Union[str, Path]) -> Tuple[Optional[Pat
     rows = res[res["metric"].astype(str) == "token_cosine"]
     if rows.empty:
         return None, "no token_cosine rows in these results (evaluate --benchmark rank-collapse)"
-    from .analysis import plot_rank_collapse as external  # only for rank-collapse results (imports torch)
+    return draw_rank_collapse(rows, path), ""
 
-    try:
-        return Path(external(rows, path)), ""
-    except Exception as exc:  # noqa: BLE001  (another module's failure must not sink the other plots)
-        return None, f"the rank-collapse plot failed: {exc}"
+
+def _series_label(keys: tuple, cols: Sequence[str]) -> str:
+    parts = [str(v) for c, v in zip(cols, keys) if c != "checkpoint_sha256" and str(v) not in ("", "nan", "None")]
+    sha = dict(zip(cols, keys)).get("checkpoint_sha256")
+    if sha and str(sha) not in ("nan", "None"):
+        parts.append(f"[{str(sha)[:8]}]")
+    return " ".join(parts)
+
+
+def draw_rank_collapse(df: Any, path: Union[str, Path], title: Optional[str] = None) -> Path:
+    """Token cosine similarity against depth, one line (with its 95% band) per model, one PNG."""
+    from matplotlib.ticker import MaxNLocator
+
+    if "metric" in df.columns:
+        df = df[df["metric"] == "token_cosine"]
+    if df.empty or "layer" not in df.columns:
+        raise UserError("no token_cosine rows to plot (run `evaluate --benchmark rank-collapse` first)")
+    cols = [c for c in ("model", "dataset", "checkpoint_sha256") if c in df.columns]
+    groups = list(df.groupby(cols, sort=False, dropna=False)) if cols else [((), df)]
+    multi_ds = "dataset" in df.columns and df["dataset"].nunique() > 1
+    label_cols = [c for c in cols if c != "dataset" or multi_ds]
+    fig = _figure(6.4, 4.2, dpi=120)
+    ax = fig.add_subplot()
+    for keys, g in groups:
+        keys = keys if isinstance(keys, tuple) else (keys,)
+        g = g.sort_values("layer")
+        lab = _series_label(tuple(v for c, v in zip(cols, keys) if c in label_cols), label_cols) or "model"
+        ax.plot(g["layer"], g["value"], marker="o", ms=3.5, label=lab)
+        if {"ci_low", "ci_high"} <= set(g.columns) and g["ci_low"].notna().all():
+            ax.fill_between(g["layer"], g["ci_low"], g["ci_high"], alpha=0.2)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_xlabel("layer (0 = patch + position embeddings)")
+    ax.set_ylabel("average pairwise token cosine similarity")
+    ax.set_title(title or "Token similarity against depth (rank collapse)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, format="png")
+    return path
 
 
 PLOTS: Dict[str, Callable[[Any], Any]] = {

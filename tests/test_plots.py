@@ -78,8 +78,7 @@ def test_corruption_bars_prefer_ce_then_error(tidy):
     assert plot_corruption_errors(tidy) is None
 
 
-def test_rank_collapse_through_the_analysis_module(tmp_path):
-    pytest.importorskip("robustbench_pid.analysis", reason="rank-collapse analysis module not in this version")
+def test_rank_collapse_curves(tmp_path):
     rows = [dict(run_id=f"rc_{m}", model=m, checkpoint_sha256=None, dataset="digits", protocol="standard",
                  benchmark="rank-collapse", attack="clean", eps=0.0, metric="token_cosine", layer=layer,
                  condition=f"layer={layer}", value=v, n=10, ci_low=v - 0.01, ci_high=v + 0.01)

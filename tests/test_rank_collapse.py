@@ -11,7 +11,8 @@ import torch
 from timm.models.vision_transformer import VisionTransformer
 
 import robustbench_pid  # noqa: F401
-from robustbench_pid.analysis import layer_cosines, pairwise_cosine, plot_rank_collapse, token_representations
+from robustbench_pid.analysis import layer_cosines, pairwise_cosine, token_representations
+from robustbench_pid.plots import draw_rank_collapse
 from robustbench_pid.models.pid_vit import PidGains, PidVisionTransformer
 from robustbench_pid.models.wrapper import Normalized
 
@@ -177,7 +178,7 @@ def test_plot_several_models_on_one_figure(rc_runs, tmp_path: Path) -> None:
     from robustbench_pid.results import load_results
 
     df = pd.concat([load_results(p) for p in rc_runs.values()], ignore_index=True)
-    path = plot_rank_collapse(df, tmp_path / "fig" / "rc.png")
+    path = draw_rank_collapse(df, tmp_path / "fig" / "rc.png")
     data = path.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000
     from matplotlib.image import imread
@@ -188,4 +189,4 @@ def test_plot_several_models_on_one_figure(rc_runs, tmp_path: Path) -> None:
     from robustbench_pid.errors import UserError
 
     with pytest.raises(UserError, match="no token_cosine rows"):
-        plot_rank_collapse(df[df.metric == "nothing"], tmp_path / "x.png")
+        draw_rank_collapse(df[df.metric == "nothing"], tmp_path / "x.png")
