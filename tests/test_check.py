@@ -126,7 +126,7 @@ def test_bad_input_is_a_clear_error(results, tmp_path, capsys):
 
 
 def test_committed_smoke_baseline_covers_the_smoke_suite():
-    """results/baselines/smoke-digits.csv must match attacks/smoke.toml (regenerate it when the suite changes:
+    """results/baselines/smoke-digits.csv must match robustbench_pid/attack_suites/smoke.toml (regenerate it when the suite changes:
     see docs/results.md)."""
     from pathlib import Path
 
@@ -145,6 +145,6 @@ def test_committed_smoke_baseline_covers_the_smoke_suite():
         # a baseline row the suite can no longer produce would fail CI as MISSING: regenerate the baseline
         stale = {(a, e) for a, e in have if (a, e) not in suite and a != "clean"
                  and not (a == "worst-case" and e in eps_grid)}
-        assert not stale, f"baseline rows {sorted(stale)} for {model} are not in attacks/smoke.toml: regenerate it"
+        assert not stale, f"baseline rows {sorted(stale)} for {model} are not in robustbench_pid/attack_suites/smoke.toml: regenerate it"
         assert ("clean", 0.0) in have and len(have & suite) >= 4
     assert base[base["metric"] == "top1"]["value"].between(0, 100).all()
