@@ -42,9 +42,10 @@ def eps_list(eps: EpsLike) -> Optional[List[float]]:
     return out
 
 
-def key_values(items: KeyValues, flag: str) -> Dict[str, Any]:
-    """A mapping, or KEY=VALUE strings with VALUE parsed as JSON (numbers, booleans, lists) when it
-    parses and kept as a string otherwise; dashes in keys become underscores."""
+def key_values(items: KeyValues, flag: str, parse_json: bool = True) -> Dict[str, Any]:
+    """A mapping, or KEY=VALUE strings; dashes in keys become underscores. With ``parse_json`` a
+    VALUE is parsed as JSON (numbers, booleans, lists) when it parses and kept as a string
+    otherwise; without it values stay strings (``--param``: each attack coerces its own settings)."""
     if items is None:
         return {}
     if isinstance(items, Mapping):
@@ -55,24 +56,9 @@ def key_values(items: KeyValues, flag: str) -> Dict[str, Any]:
             raise UserError(f"{flag} {kv!r}: expected KEY=VALUE")
         k, v = (t.strip() for t in kv.split("=", 1))
         try:
-            out[k.replace("-", "_")] = json.loads(v)
+            out[k.replace("-", "_")] = json.loads(v) if parse_json else v
         except json.JSONDecodeError:
             out[k.replace("-", "_")] = v
-    return out
-
-
-def _param_overrides(params: KeyValues) -> Dict[str, Any]:
-    """``--param`` values stay strings (each attack coerces its own settings)."""
-    if params is None:
-        return {}
-    if isinstance(params, Mapping):
-        return {str(k).replace("-", "_"): v for k, v in params.items()}
-    out: Dict[str, Any] = {}
-    for kv in params:
-        if "=" not in kv:
-            raise UserError(f"--param {kv!r}: expected KEY=VALUE")
-        k, v = kv.split("=", 1)
-        out[k.strip().replace("-", "_")] = v.strip()
     return out
 
 
@@ -89,7 +75,7 @@ def attack_specs(attack: Union[None, str, Sequence[str]] = None, eps: EpsLike = 
         overrides["steps"] = steps
     if step_size is not None:
         overrides["step_size"] = parse_eps(str(step_size), what="step size (--step-size)")
-    overrides.update(_param_overrides(params))
+    overrides.update(key_values(params, "--param", parse_json=False))
     grid_given = eps_list(eps)
     specs: List[AttackSpec] = []
     if suite:
