@@ -68,15 +68,23 @@ def calibrate(ctx: Context, reps: int = 3) -> Tuple[float, float]:
 
 def dry_run(ctx: Context, out: Path, units: List[Unit], mine: List[Unit], shard: Tuple[int, int]) -> None:
     """Print the plan, passes per unit and an estimated time; write nothing."""
-    t_f, t_fb = calibrate(ctx)
+    spec = ctx.spec
+    if spec.calibration is not None:  # priced for another device: nothing is measured here
+        t_f, t_fb = 1.0 / spec.calibration[0], 1.0 / spec.calibration[1]
+        where = "the given calibration"
+        device_line = (f"calibration given (--calibration): forward {spec.calibration[0]:g} img/s, "
+                       f"forward+backward {spec.calibration[1]:g} img/s, i.e. ")
+    else:
+        t_f, t_fb = calibrate(ctx)
+        where = f"one {ctx.device.type} device like this one"
+        device_line = (f"calibration on {ctx.device} ({device_name(ctx.device)}), batch {ctx.batch_size}, "
+                       f"precision {spec.precision}: ")
     units_dir = out / "units"
     i, n = shard
     mine_keys = {u.key for u in mine}
-    spec = ctx.spec
     print(f"dry run: {spec.model} on {spec.dataset} ({spec.split}), {len(ctx.indices)} samples, protocol "
           f"{spec.protocol}, benchmark {spec.benchmark}; run folder {out}")
-    print(f"calibration on {ctx.device} ({device_name(ctx.device)}), batch {ctx.batch_size}, precision "
-          f"{spec.precision}: forward {1e3 * t_f:.3f} ms/img, forward+backward {1e3 * t_fb:.3f} ms/img")
+    print(f"{device_line}forward {1e3 * t_f:.3f} ms/img, forward+backward {1e3 * t_fb:.3f} ms/img")
     hdr = f"{'unit':12}  {'shard':>5}  {'attack':14} {'eps':>8}  {'condition':14} {'samples':>13}  " \
           f"{'fwd/img':>8} {'f+b/img':>8}  {'status':6} {'est. s':>9}"
     print(hdr)
@@ -98,10 +106,11 @@ def dry_run(ctx: Context, out: Path, units: List[Unit], mine: List[Unit], shard:
         print(f"{u.key[:12]:12}  {j % n:>5}  {u.attack[:14]:14} {eps:>8}  {(u.condition or '-')[:14]:14} "
               f"{f'{u.start}:{u.stop}':>13}  {f:>8g} {b:>8g}  {status:6} {est:>9.1f}")
     print(f"total: {len(units)} units, {tot['todo']} to do: {tot['f']:.0f} forward and {tot['fb']:.0f} "
-          f"forward+backward image-passes, about {_fmt_s(tot['est'])} on one {ctx.device.type} device like this one")
+          f"forward+backward image-passes, about {_fmt_s(tot['est'])} at {where}")
     if n > 1:
         print(f"this shard ({i}/{n}): {len(mine)} units, {mine_tot['todo']} to do, about {_fmt_s(mine_tot['est'])}")
-    print("this is an estimate from one calibration batch, not a bound: early stopping and samples not attacked "
+    basis = "the given rates" if spec.calibration is not None else "one calibration batch"
+    print(f"this is an estimate from {basis}, not a bound: early stopping and samples not attacked "
           "make a run shorter, per-unit overheads and data loading make it longer (measured error on real runs: "
           "docs/performance.md). Nothing was computed or written.")
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import math
 import os
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
@@ -130,7 +131,7 @@ def build_spec(model: str, *, attack: Union[None, str, Sequence[str]] = None, ep
                bench_opt: KeyValues = None, out: Union[None, str, Path] = None, batch_size: int = 128,
                chunk_size: int = 512, seed: int = 0, device: str = "auto", precision: str = "fp32",
                compile: bool = False, workers: int = 0, shard: Optional[str] = None, quiet: bool = False,
-               dry_run: bool = False) -> RunSpec:
+               dry_run: bool = False, calibration: Union[None, str, Sequence[float]] = None) -> RunSpec:
     """The RunSpec for these settings (keywords = the ``evaluate`` flags with underscores; ``param``,
     ``model_arg`` and ``bench_opt`` take a mapping or KEY=VALUE strings).
 
@@ -138,8 +139,14 @@ def build_spec(model: str, *, attack: Union[None, str, Sequence[str]] = None, ep
     for the datasets that read an ImageNet root (imagenet-o, imagenet-c), so the root in use is
     always in the spec and in the run folder's hash. For a registered dataset, a split it lacks,
     a needless ``data_root`` and options it does not take are refused here, before any work.
-    A data object (``rbp.evaluate(data=...)``) has no registered name; its caller gives the split."""
+    A data object (``rbp.evaluate(data=...)``) has no registered name; its caller gives the split.
+    ``calibration``: "FWD,FB" images/s (or a pair) that price a ``dry_run`` plan for another device."""
     from .data import dataset_info
+
+    rates = parse_calibration(calibration)
+    if rates is not None and not dry_run:
+        raise UserError("--calibration prices the plan of a --dry-run; add --dry-run (a real run measures "
+                        "its own speed)")
 
     specs = attack_specs(attack, eps, steps, step_size, param, suite)
     if benchmark is None:
@@ -157,11 +164,26 @@ def build_spec(model: str, *, attack: Union[None, str, Sequence[str]] = None, ep
     return RunSpec(
         model=model, checkpoint=checkpoint, dataset=dataset, split=split, data_root=data_root, protocol=protocol,
         attacks=specs, benchmark=benchmark, benchmark_options=options, suite=suite, limit=limit, subset=subset,
-        skip_unreadable=skip_unreadable, dry_run=dry_run, batch_size=batch_size, chunk_size=chunk_size,
+        skip_unreadable=skip_unreadable, dry_run=dry_run, calibration=rates, batch_size=batch_size, chunk_size=chunk_size,
         seed=seed, device=device, precision=precision, compile=compile, num_workers=workers,
         out=Path(out) if out is not None else None, allow_pickle=allow_pickle, strict=not non_strict,
         shard=shard, quiet=quiet, arch_kwargs=arch_kwargs,
     )
+
+
+def parse_calibration(value: Union[None, str, Sequence[float]]) -> Optional[Tuple[float, float]]:
+    """"FWD,FB" (or a pair): forward and forward+backward-to-input images/s, both > 0."""
+    if value is None:
+        return None
+    parts = value.split(",") if isinstance(value, str) else list(value)
+    try:
+        rates = tuple(float(p) for p in parts)
+    except (TypeError, ValueError):
+        rates = ()
+    if len(rates) != 2 or not all(math.isfinite(r) and r > 0 for r in rates):
+        raise UserError(f"--calibration {value!r}: expected FWD,FB, the forward and forward+backward images/s "
+                        f"of the device to price the plan for, two positive numbers, e.g. 7900,3900")
+    return rates[0], rates[1]
 
 
 def option_names() -> List[str]:

@@ -52,6 +52,9 @@ class RunSpec:
     subset: Optional[int] = None  # a fixed, seeded subset of this many samples (dataset-defined)
     skip_unreadable: bool = False  # skip (and count) unreadable images instead of failing
     dry_run: bool = False
+    # --dry-run only: (forward, forward+backward) images/s of the device the plan is priced for,
+    # instead of a calibration batch measured here (planning a GPU run from a laptop)
+    calibration: Optional[Tuple[float, float]] = None
     batch_size: int = 128
     chunk_size: int = 512
     seed: int = 0

@@ -57,6 +57,50 @@ def test_dry_run_prints_units_passes_and_estimate_and_writes_nothing(tmp_path: P
     assert est > 0 and "Nothing was computed or written" in text
 
 
+def test_dry_run_priced_at_a_given_calibration(tmp_path: Path, capsys) -> None:
+    """--calibration FWD,FB prices the plan for another device: estimate = passes / rates, exactly."""
+    out = tmp_path / "never"
+    args = ["evaluate", "--model", "pid_deit", "--attack", "pgd", "--eps", "2/255,3/255", "--steps", "7",
+            "--limit", "30", "--chunk-size", "10", "--batch-size", "10", "--out", str(out), "--quiet"]
+    assert cli_main(args + ["--dry-run", "--calibration", "10,5"]) == 0
+    text = capsys.readouterr().out
+    assert not out.exists()
+    assert "forward 10 img/s, forward+backward 5 img/s, i.e. forward 100.000 ms/img, forward+backward " \
+           "200.000 ms/img" in text
+    rows = [ln.split() for ln in text.splitlines() if re.match(r"^[0-9a-f]{12}\s", ln)]
+    est = {(r[2], float(r[9])) for r in rows}
+    # clean: 10 images x 1 forward / 10 img/s; PGD-7: 10 x (2 forwards / 10 + 7 f+b / 5)
+    assert est == {("clean", 1.0), ("pgd", 16.0)} and len(rows) == 9
+    assert "about 99.0 s at the given calibration" in text and "estimate from the given rates" in text
+
+
+@pytest.mark.parametrize("extra, needle", [
+    (["--dry-run", "--calibration", "5"], "--calibration '5': expected FWD,FB"),
+    (["--dry-run", "--calibration", "1,-2"], "two positive numbers"),
+    (["--dry-run", "--calibration", "fast,slow"], "expected FWD,FB"),
+    (["--calibration", "1000,500"], "add --dry-run"),
+])
+def test_bad_calibration_is_one_clear_error(tmp_path: Path, capsys, extra, needle) -> None:
+    from robustbench_pid.cli import evaluate_main
+
+    out = tmp_path / "never"
+    rc = evaluate_main(["--model", "deit", "--attack", "fgsm", "--limit", "4", "--out", str(out), "--quiet"] + extra)
+    err = capsys.readouterr().err
+    lines = [ln for ln in err.strip().splitlines() if ln.strip()]
+    assert rc == 2 and len(lines) == 1 and lines[0].startswith("error: ") and needle in lines[0], err
+    assert not out.exists()
+
+
+def test_calibration_is_not_part_of_the_run_folder_identity() -> None:
+    from robustbench_pid.run_files import default_out
+    from robustbench_pid.spec_builder import build_spec
+
+    plain = build_spec("deit", attack="fgsm", dry_run=True)
+    priced = build_spec("deit", attack="fgsm", dry_run=True, calibration=(1000, 500))
+    assert priced.calibration == (1000.0, 500.0)
+    assert default_out(plain) == default_out(priced) == default_out(build_spec("deit", attack="fgsm"))
+
+
 def test_unit_passes_by_attack() -> None:
     import json
 

@@ -64,12 +64,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     r.add_argument("--device", default="auto")
     r.add_argument("--precision", default="fp32", choices=PRECISIONS,
                    help="attack forward/backward precision on CUDA (verdicts always fp32)")
-    r.add_argument("--compile", action="store_true", help="torch.compile the model for clean/verdict passes")
+    r.add_argument("--compile", action="store_true",
+                   help="torch.compile the model once per process, for the attacks' passes and the verdicts")
     r.add_argument("--workers", type=int, default=0, help="DataLoader workers")
     r.add_argument("--shard", help="i/n: compute only this shard's work units (merge afterwards)")
     r.add_argument("--quiet", action="store_true", help="no progress bar")
     r.add_argument("--dry-run", action="store_true",
                    help="print the work units, forward/backward passes per unit and an estimated time; compute nothing")
+    r.add_argument("--calibration", metavar="FWD,FB",
+                   help="with --dry-run: price the plan at these forward and forward+backward images/s of the "
+                        "target device (e.g. a GPU you will run on) instead of a batch measured here")
 
 
 def spec_options(args: argparse.Namespace) -> Dict[str, Any]:
