@@ -26,6 +26,7 @@ from .errors import UserError, without_worker_traceback
 from .launcher import launch
 from .models import load_model
 from .plan import content_hash
+from .read_ahead import read_ahead
 from .specs import PROTOCOLS, RunSpec, Unit
 
 
@@ -99,17 +100,21 @@ class Context:
         the loader draws a seed from the global RNG, which inside a unit would make that unit's
         draws depend on whether it happened to be the first of the pass."""
         self._streaming = True
+        decoded = self._decode(spans)
         try:
-            for span, got in self._decode(spans):
+            for span, got in decoded:
                 self._held = {span: got}
                 yield span, got
                 self._held = {}
         finally:
+            decoded.close()  # joins the reading thread now, not whenever the generator is collected
             self._held, self._streaming = {}, False
 
     def _decode(self, spans: Sequence[Span]) -> Iterator[Tuple[Span, List[Batch]]]:
-        """One loader pass over the spans' samples (with --workers it runs ahead, across spans;
-        host->device copies are asynchronous from pinned memory)."""
+        """One loader pass over the spans' samples, span after span, on the device. With
+        --workers a thread drains the pass one span ahead (:mod:`read_ahead`), so the workers
+        decode the next span while this one is computed; host->device copies are asynchronous
+        from pinned memory."""
         bs = self.batch_size
         per_span = []
         plan: List[List[int]] = []
@@ -120,18 +125,18 @@ class Context:
             plan += batches
         self._plan.batches = plan
         fmt = torch.channels_last if self.channels_last else torch.contiguous_format
-        loaded = without_worker_traceback(self.loader())  # a bad image in a worker: one-line error
-        for (s, e), n_batches, first in zip(spans, per_span, itertools.accumulate([0] + per_span)):
-            got: List[Batch] = []
-            for idx, (x, y) in zip(plan[first:first + n_batches], loaded):
-                if len(y) != len(idx):
-                    raise RuntimeError(f"data loader returned {len(y)} of {len(idx)} samples of [{s}:{e}]")
-                x = x.to(self.device, non_blocking=True).float().contiguous(memory_format=fmt)
-                got.append(Batch(x, y.to(self.device, non_blocking=True).long(),
-                                 [self.dataset.sample_ids[i] for i in idx], {}))
-            if len(got) != n_batches:
-                raise RuntimeError(f"data loader returned {len(got)} of {n_batches} batches of [{s}:{e}]")
-            yield (s, e), got
+        # iter() on this thread: starting a pass draws the loader's base seed from the global RNG
+        loaded = without_worker_traceback(iter(self.loader()))  # a bad image in a worker: one-line error
+        host = _host_spans(spans, per_span, plan, loaded)
+        if self.spec.num_workers > 0:
+            host = read_ahead(host, depth=1, name="chunk-reader")
+        try:
+            for span, got in host:
+                yield span, [Batch(x.to(self.device, non_blocking=True).float().contiguous(memory_format=fmt),
+                                   y.to(self.device, non_blocking=True).long(),
+                                   [self.dataset.sample_ids[i] for i in idx], {}) for idx, x, y in got]
+        finally:
+            host.close()  # stops and joins the reading thread before the loader can be reused
 
     def generator(self, unit: Unit) -> torch.Generator:
         """The unit's generator: on the CPU whatever the run's device (attacks draw on it and move
@@ -155,6 +160,23 @@ class Context:
     def advance(self, n: int) -> None:
         if self.progress is not None:
             self.progress.update(n)
+
+
+HostBatch = Tuple[List[int], torch.Tensor, torch.Tensor]  # (dataset indices, images, labels) in host memory
+
+
+def _host_spans(spans: Sequence[Span], per_span: Sequence[int], plan: List[List[int]],
+                loaded: Iterator[Any]) -> Iterator[Tuple[Span, List[HostBatch]]]:
+    """Group one loader pass into whole spans, checking that every batch is complete."""
+    for (s, e), n_batches, first in zip(spans, per_span, itertools.accumulate([0] + list(per_span))):
+        got: List[HostBatch] = []
+        for idx, (x, y) in zip(plan[first:first + n_batches], loaded):
+            if len(y) != len(idx):
+                raise RuntimeError(f"data loader returned {len(y)} of {len(idx)} samples of [{s}:{e}]")
+            got.append((idx, x, y))
+        if len(got) != n_batches:
+            raise RuntimeError(f"data loader returned {len(got)} of {n_batches} batches of [{s}:{e}]")
+        yield (s, e), got
 
 
 def unit_seed(unit: Unit, seed: int) -> int:
