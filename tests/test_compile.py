@@ -53,6 +53,39 @@ def test_compiled_models_are_used_and_the_callers_stay_eager(tmp_path, eager_bac
     assert plain.verdict_model() is plain.model and plain.attacked_net() is plain.model.net
 
 
+class _Counting(torch.nn.Module):
+    """Stands in for torch.compile's wrapper and counts the calls it serves, by grad mode."""
+
+    made: list = []
+
+    def __init__(self, inner: torch.nn.Module) -> None:
+        super().__init__()
+        self.inner, self.grad_calls, self.no_grad_calls = inner, 0, 0
+        _Counting.made.append(self)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if torch.is_grad_enabled():
+            self.grad_calls += 1
+        else:
+            self.no_grad_calls += 1
+        return self.inner(x)
+
+
+@pytest.mark.parametrize("protocol", ["standard", "paper"])
+def test_the_attack_differentiates_the_compiled_model(tmp_path, monkeypatch, protocol) -> None:
+    """--compile reaches the attack's gradient passes, not only the verdicts: every PGD step goes
+    through the compiled model (one compile per process, shared by every condition)."""
+    _Counting.made = []
+    monkeypatch.setattr(torch, "compile", lambda m, **_: _Counting(m))
+    pgd = AttackSpec("pgd", make_attack("pgd", eps=4 / 255, steps=3, early_stop=False).params())
+    run(RunSpec(model="pid_deit", attacks=[_FGSM, pgd], limit=8, batch_size=8, quiet=True, device="cpu",
+                protocol=protocol, compile=True, out=tmp_path / "r"))
+    assert len(_Counting.made) == 2  # the model and, for the paper protocol, its un-normalized network
+    grad_calls = sum(c.grad_calls for c in _Counting.made)
+    assert grad_calls == 1 + 3  # FGSM: one gradient; PGD-3: three (one batch of 8)
+    assert sum(c.no_grad_calls for c in _Counting.made) >= 3  # clean pass + a verdict per condition
+
+
 _PGD = AttackSpec("pgd", make_attack("pgd", eps=4 / 255, steps=2).params())
 _FGSM = AttackSpec("fgsm", make_attack("fgsm", eps=4 / 255).params())
 
