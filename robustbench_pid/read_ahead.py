@@ -23,53 +23,70 @@ T = TypeVar("T")
 _ITEM, _END, _ERROR = 0, 1, 2
 
 
-def read_ahead(items: Iterator[T], depth: int = 1, name: str = "read-ahead") -> Iterator[T]:
-    """Yield ``items`` in order while a thread produces up to ``depth`` of them ahead.
+class read_ahead(Iterator[T]):
+    """Iterate ``items`` in order while a thread, started at once, produces up to ``depth`` ahead.
 
-    An exception raised by ``items`` is re-raised here, where it would have been raised without
-    the thread. Closing the generator (a ``break``, an error in the caller, Ctrl-C) stops the
-    thread after the item it is producing and joins it, so ``items`` is never used by two
-    threads and nothing is left running.
+    An exception raised by ``items`` is re-raised by ``next``, where it would have been raised
+    without the thread. :meth:`close` (also on ``with`` exit) stops the thread after the item it
+    is producing and joins it, so ``items`` is never used by two threads and nothing is left
+    running. A class, not a generator function: a generator's body (and so the thread) would
+    only start at the first ``next``, and closing a generator never started skips its cleanup.
     """
-    if depth < 1:
-        raise ValueError(f"depth must be >= 1, got {depth}")
-    q: "queue.Queue[Tuple[int, object]]" = queue.Queue(maxsize=depth)
-    stop = threading.Event()
 
-    def put(entry: Tuple[int, object]) -> bool:
-        while not stop.is_set():
+    def __init__(self, items: Iterator[T], depth: int = 1, name: str = "read-ahead") -> None:
+        if depth < 1:
+            raise ValueError(f"depth must be >= 1, got {depth}")
+        self._q: "queue.Queue[Tuple[int, object]]" = queue.Queue(maxsize=depth)
+        self._stop = threading.Event()
+        self._done = False
+        self._items = items
+        self._thread = threading.Thread(target=self._produce, name=name, daemon=True)
+        self._thread.start()
+
+    def _put(self, entry: Tuple[int, object]) -> bool:
+        while not self._stop.is_set():
             try:
-                q.put(entry, timeout=0.05)
+                self._q.put(entry, timeout=0.05)
                 return True
             except queue.Full:
                 continue
         return False
 
-    def produce() -> None:
+    def _produce(self) -> None:
         try:
-            for item in items:
-                if not put((_ITEM, item)) or stop.is_set():  # closed: do not read another item
+            for item in self._items:
+                if not self._put((_ITEM, item)) or self._stop.is_set():  # closed: do not read another item
                     return
-            put((_END, None))
+            self._put((_END, None))
         except BaseException as exc:  # noqa: BLE001 - handed to the consumer, re-raised there
-            put((_ERROR, exc))
+            self._put((_ERROR, exc))
 
-    thread = threading.Thread(target=produce, name=name, daemon=True)
-    thread.start()
-    try:
-        while True:
-            kind, value = q.get()
-            if kind == _ITEM:
-                yield value  # type: ignore[misc]
-            elif kind == _END:
-                return
-            else:
-                raise value  # type: ignore[misc]
-    finally:
-        stop.set()
-        while thread.is_alive():  # unblock a producer waiting to put, then let it finish its item
+    def __iter__(self) -> "read_ahead[T]":
+        return self
+
+    def __next__(self) -> T:
+        if self._done:
+            raise StopIteration
+        kind, value = self._q.get()
+        if kind == _ITEM:
+            return value  # type: ignore[return-value]
+        self.close()
+        if kind == _END:
+            raise StopIteration
+        raise value  # type: ignore[misc]
+
+    def close(self) -> None:
+        self._done = True
+        self._stop.set()
+        while self._thread.is_alive():  # unblock a producer waiting to put, then let it finish its item
             try:
-                q.get(timeout=0.05)
+                self._q.get(timeout=0.05)
             except queue.Empty:
                 pass
-        thread.join()
+        self._thread.join()
+
+    def __enter__(self) -> "read_ahead[T]":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -10,7 +10,6 @@ records.
 from __future__ import annotations
 
 import contextlib
-import itertools
 import random
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
@@ -91,14 +90,17 @@ class Context:
                                f"chunk on the device")
         return (b for _, got in self._decode([(unit.start, unit.stop)]) for b in got)
 
-    def chunks(self, spans: Sequence[Span]) -> Iterator[Tuple[Span, List[Batch]]]:
-        """Each span's batches, decoded and on the device, span after span; while one is yielded
-        (held: :meth:`batches` serves it to every unit of that span) the loader's workers
-        decode the next ones (one pass over all spans: no drain and restart between them).
+    def chunks(self, spans: Sequence[Span]) -> Iterator[Tuple[Span, "HeldChunk"]]:
+        """Each span's batches on the device, span after span (one loader pass over all spans:
+        no drain and restart between them). While a span is yielded it is held: :meth:`batches`
+        serves it to every unit of that span, its first unit reading it from the loader as it
+        computes, the others from the device.
 
-        A span is decoded whole before its units run, outside every unit's RNG scope: starting
-        the loader draws a seed from the global RNG, which inside a unit would make that unit's
-        draws depend on whether it happened to be the first of the pass."""
+        With --workers a thread drains the pass up to one span ahead (:mod:`read_ahead`), so the
+        workers decode the next span while this one is computed. Without workers a span is read
+        whole before its units run: the dataset then runs in this process, and a transform drawing
+        from the global RNG inside a unit's RNG scope would make that unit's records depend on
+        whether it was the first of its span (the workers' RNGs are their own)."""
         self._streaming = True
         decoded = self._decode(spans)
         try:
@@ -110,11 +112,9 @@ class Context:
             decoded.close()  # joins the reading thread now, not whenever the generator is collected
             self._held, self._streaming = {}, False
 
-    def _decode(self, spans: Sequence[Span]) -> Iterator[Tuple[Span, List[Batch]]]:
-        """One loader pass over the spans' samples, span after span, on the device. With
-        --workers a thread drains the pass one span ahead (:mod:`read_ahead`), so the workers
-        decode the next span while this one is computed; host->device copies are asynchronous
-        from pinned memory."""
+    def _decode(self, spans: Sequence[Span]) -> Iterator[Tuple[Span, "HeldChunk"]]:
+        """One loader pass over the spans' samples; host->device copies are asynchronous from
+        pinned memory."""
         bs = self.batch_size
         per_span = []
         plan: List[List[int]] = []
@@ -127,14 +127,20 @@ class Context:
         fmt = torch.channels_last if self.channels_last else torch.contiguous_format
         # iter() on this thread: starting a pass draws the loader's base seed from the global RNG
         loaded = without_worker_traceback(iter(self.loader()))  # a bad image in a worker: one-line error
-        host = _host_spans(spans, per_span, plan, loaded)
-        if self.spec.num_workers > 0:
-            host = read_ahead(host, depth=1, name="chunk-reader")
+        host = _host_batches(plan, loaded)
+        workers = self.spec.num_workers > 0
+        if workers:
+            host = read_ahead(host, depth=max(per_span, default=1), name="chunk-reader")
+        on_device = (Batch(x.to(self.device, non_blocking=True).float().contiguous(memory_format=fmt),
+                           y.to(self.device, non_blocking=True).long(),
+                           [self.dataset.sample_ids[i] for i in idx], {}) for idx, x, y in host)
         try:
-            for span, got in host:
-                yield span, [Batch(x.to(self.device, non_blocking=True).float().contiguous(memory_format=fmt),
-                                   y.to(self.device, non_blocking=True).long(),
-                                   [self.dataset.sample_ids[i] for i in idx], {}) for idx, x, y in got]
+            for span, n_batches in zip(spans, per_span):
+                chunk = HeldChunk(span, n_batches, on_device)
+                if not workers:
+                    chunk.fill()
+                yield span, chunk
+                chunk.fill()  # batches no unit asked for: the pass moves on to the next span
         finally:
             host.close()  # stops and joins the reading thread before the loader can be reused
 
@@ -165,18 +171,39 @@ class Context:
 HostBatch = Tuple[List[int], torch.Tensor, torch.Tensor]  # (dataset indices, images, labels) in host memory
 
 
-def _host_spans(spans: Sequence[Span], per_span: Sequence[int], plan: List[List[int]],
-                loaded: Iterator[Any]) -> Iterator[Tuple[Span, List[HostBatch]]]:
-    """Group one loader pass into whole spans, checking that every batch is complete."""
-    for (s, e), n_batches, first in zip(spans, per_span, itertools.accumulate([0] + list(per_span))):
-        got: List[HostBatch] = []
-        for idx, (x, y) in zip(plan[first:first + n_batches], loaded):
-            if len(y) != len(idx):
-                raise RuntimeError(f"data loader returned {len(y)} of {len(idx)} samples of [{s}:{e}]")
-            got.append((idx, x, y))
-        if len(got) != n_batches:
-            raise RuntimeError(f"data loader returned {len(got)} of {n_batches} batches of [{s}:{e}]")
-        yield (s, e), got
+def _host_batches(plan: List[List[int]], loaded: Iterator[Any]) -> Iterator[HostBatch]:
+    """One loader pass, each batch checked complete."""
+    for idx, (x, y) in zip(plan, loaded):
+        if len(y) != len(idx):
+            raise RuntimeError(f"data loader returned {len(y)} of {len(idx)} samples of batch {idx[:3]}...")
+        yield idx, x, y
+
+
+class HeldChunk:
+    """A span's batches on the device: read from the pass the first time they are iterated (so
+    the first unit computes while the rest of the span is still arriving), kept for the span's
+    other units."""
+
+    def __init__(self, span: Span, n_batches: int, source: Iterator[Batch]) -> None:
+        self.span, self.n_batches, self._source = span, n_batches, source
+        self._got: List[Batch] = []
+
+    def __iter__(self) -> Iterator[Batch]:
+        for i in range(self.n_batches):
+            if i == len(self._got):
+                b = next(self._source, None)
+                if b is None:
+                    s, e = self.span
+                    raise RuntimeError(f"data loader returned {len(self._got)} of {self.n_batches} batches of [{s}:{e}]")
+                self._got.append(b)
+            yield self._got[i]
+
+    def __len__(self) -> int:
+        return self.n_batches
+
+    def fill(self) -> None:
+        for _ in self:
+            pass
 
 
 def unit_seed(unit: Unit, seed: int) -> int:

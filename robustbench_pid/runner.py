@@ -23,8 +23,10 @@ Why it is built this way:
   them, the adversarial ones reusing the clean logits. A chunk of ``--chunk-size`` images sits
   on the device (512 ImageNet images at 224 px: 0.3 GB in fp32); each shard decodes the chunks
   its own units need. One DataLoader pass covers all the chunks of a process
-  (``Context.chunks``), so with ``--workers N`` the next chunk is decoded (into pinned memory on
-  CUDA) while this one is attacked: no drain and restart per unit. Records are gathered on the
+  (``Context.chunks``); with ``--workers N`` a thread drains it up to one chunk ahead
+  (``read_ahead``), so the next chunk is decoded (into pinned memory on CUDA) while this one is
+  attacked, and a chunk's first unit computes on its first batches while the rest arrive: no
+  drain and restart per unit or per chunk. Records are gathered on the
   device and copied to the host once per unit. The unit is still the unit of resume, claims,
   sharding and checksums (same keys): a chunk is done when all its units are written, and a
   killed run resumes at unit granularity (re-decoding a chunk only for its missing units).

@@ -114,3 +114,33 @@ def test_leaving_a_pass_early_joins_the_thread_and_the_loader_serves_again(tmp_p
     again = [(span, [b.sample_ids for b in got]) for span, got in ctx.chunks(spans)]
     assert [s for s, _ in again] == spans
     assert [len(ids) for _, got in again for ids in got] == [4] * 6
+
+
+def test_a_bad_image_in_the_next_chunk_stops_the_run_with_one_line_and_keeps_finished_units(
+        tmp_path: Path, monkeypatch, capsys) -> None:
+    """The worker's error reaches the user as the one line it started as, although the read-ahead
+    thread met it while an earlier chunk was computing; that chunk's units are saved."""
+    import json
+
+    from robustbench_pid.cli import evaluate_main
+    from robustbench_pid.data.digits import Digits
+    from robustbench_pid.errors import UserError
+
+    real = Digits.__getitem__
+
+    def failing(self, i):
+        if int(i) == 12:
+            raise UserError("cannot read image digits/12: broken; pass --skip-unreadable to skip it")
+        return real(self, i)
+
+    monkeypatch.setattr(Digits, "__getitem__", failing)
+    out = tmp_path / "run"
+    rc = evaluate_main(["--model", "deit", "--attack", "fgsm", "--eps", "2/255", "--limit", "16", "--chunk-size", "8",
+                        "--batch-size", "4", "--workers", "1", "--quiet", "--out", str(out)])
+    err = capsys.readouterr().err
+    lines = [ln for ln in err.strip().splitlines() if ln.strip()]
+    assert rc == 2 and lines == ["error: cannot read image digits/12: broken; pass --skip-unreadable to skip it"], err
+    done = sorted((json.loads(p.read_text())["attack"], json.loads(p.read_text())["start"])
+                  for p in (out / "units").glob("*.json"))
+    assert done == [("clean", 0), ("fgsm", 0)]
+    assert not (out / "records.parquet").exists() and not _alive("chunk-reader")
