@@ -1,13 +1,21 @@
-"""PID attention vs softmax attention, forward, at DeiT-tiny size (224 px: 197 tokens, dim 192,
-3 heads), measured side by side:
+"""PID attention vs softmax attention at DeiT-tiny size (224 px: 197 tokens, dim 192, 3 heads),
+measured side by side:
 
-  - one attention layer in the middle of the network (the PID controller state is primed as
-    it is from layer 2 on: v^0, the running error sum and the previous error present);
-  - the whole model, PID DeiT-tiny vs DeiT-tiny (random weights; weights do not change cost).
+  - one attention layer in the middle of the network, forward (the PID controller state is
+    primed as it is from layer 2 on: v^0, the running error sum and the previous error present);
+  - the whole model, PID DeiT-tiny vs DeiT-tiny (random weights; weights do not change cost):
+    forward, and forward+backward to the input (what every step of a gradient attack costs:
+    parameters frozen, gradient taken to the image only).
 
     ratio = PID time / softmax time                       target <= 1.10
 
-    python benchmarks/bench_attention.py --batch 64
+``--precision bf16`` runs the passes under CUDA autocast as ``evaluate --precision bf16`` runs the
+attack; ``--compile`` times ``torch.compile`` of both models (``evaluate --compile``), which fuses
+PID's element-wise controller into the surrounding kernels. The last line gives the PID model's
+throughput as ``evaluate --dry-run --calibration FWD,FB`` takes it.
+
+    python benchmarks/bench_attention.py --batch 64                                # CPU
+    python benchmarks/bench_attention.py --batch 256 --precision bf16 --compile    # one GPU
 """
 from __future__ import annotations
 
@@ -23,9 +31,14 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--device", default="auto")
+    ap.add_argument("--precision", default="fp32", choices=["fp32", "bf16", "fp16"],
+                    help="whole-model passes under CUDA autocast (as evaluate's attack passes)")
+    ap.add_argument("--compile", action="store_true", help="torch.compile both whole models (as evaluate --compile)")
     ap.add_argument("--profile", action="store_true", help="print the top ops of the PID layer (torch.profiler)")
     a = ap.parse_args()
     device = pick_device(a.device)
+    if a.precision != "fp32" and device.type != "cuda":
+        raise SystemExit(f"error: --precision {a.precision} needs a CUDA device (as in evaluate); use fp32")
 
     import timm
     from timm.layers import Attention
@@ -55,27 +68,40 @@ def main() -> None:
         with torch.inference_mode():
             pid(x, state=state())
 
-    m_soft = timm.create_model("deit_tiny_patch16_224").eval().to(device)
-    m_pid = timm.create_model("pid_deit_tiny_patch16_224").eval().to(device)
+    from robustbench_pid.device import attack_precision
+
+    m_soft = timm.create_model("deit_tiny_patch16_224").eval().to(device).requires_grad_(False)
+    m_pid = timm.create_model("pid_deit_tiny_patch16_224").eval().to(device).requires_grad_(False)
     m_pid.load_state_dict(m_soft.state_dict())
+    run_soft, run_pid = (torch.compile(m_soft), torch.compile(m_pid)) if a.compile else (m_soft, m_pid)
     img = torch.rand(a.batch, 3, 224, 224, device=device)
+    target = torch.randint(0, 1000, (a.batch,), device=device)
 
-    def model_soft() -> None:
-        with torch.inference_mode():
-            m_soft(img)
+    def forward(m: torch.nn.Module) -> None:
+        with torch.inference_mode(), attack_precision(device, a.precision):
+            m(img)
 
-    def model_pid() -> None:
-        with torch.inference_mode():
-            m_pid(img)
+    def forward_backward(m: torch.nn.Module) -> None:
+        xr = img.detach().clone().requires_grad_(True)
+        with attack_precision(device, a.precision):
+            loss = torch.nn.functional.cross_entropy(m(xr).float(), target, reduction="sum")
+        torch.autograd.grad(loss, xr)
 
     t = timed_interleaved({"softmax layer": layer_soft, "PID layer": layer_pid}, device, reps=a.reps * 4)
-    tm = timed_interleaved({"DeiT-tiny": model_soft, "PID DeiT-tiny": model_pid}, device, reps=a.reps)
-    print(f"# bench_attention: batch {a.batch}, 197 tokens, dim 192, 3 heads, device {device}")
+    tm = timed_interleaved({"DeiT-tiny fwd": lambda: forward(run_soft), "PID DeiT-tiny fwd": lambda: forward(run_pid)},
+                           device, reps=a.reps)
+    tb = timed_interleaved({"DeiT-tiny f+b": lambda: forward_backward(run_soft),
+                            "PID DeiT-tiny f+b": lambda: forward_backward(run_pid)}, device, reps=a.reps)
+    how = f"{a.precision}{' + torch.compile' if a.compile else ' eager'}"
+    print(f"# bench_attention: batch {a.batch}, 197 tokens, dim 192, 3 heads, device {device}; whole models {how}")
     print(f"# {machine()}")
-    for k, v in {**t, **tm}.items():
-        print(f"{k:24s} {1e3 * v:9.2f} ms")
-    print(f"PID / softmax attention layer forward: {t['PID layer'] / t['softmax layer']:.3f}")
-    print(f"PID / softmax whole-model forward:     {tm['PID DeiT-tiny'] / tm['DeiT-tiny']:.3f}")
+    for k, v in {**t, **tm, **tb}.items():
+        print(f"{k:24s} {1e3 * v:9.2f} ms   {a.batch / v:9.1f} img/s")
+    print(f"PID / softmax attention layer forward (fp32 eager): {t['PID layer'] / t['softmax layer']:.3f}")
+    print(f"PID / softmax whole-model forward ({how}):          {tm['PID DeiT-tiny fwd'] / tm['DeiT-tiny fwd']:.3f}")
+    print(f"PID / softmax whole-model forward+backward ({how}): {tb['PID DeiT-tiny f+b'] / tb['DeiT-tiny f+b']:.3f}")
+    print(f"PID DeiT-tiny here, for evaluate --dry-run: --calibration "
+          f"{a.batch / tm['PID DeiT-tiny fwd']:.0f},{a.batch / tb['PID DeiT-tiny f+b']:.0f}")
     if a.profile:
         from torch.profiler import ProfilerActivity, profile
 

@@ -482,6 +482,14 @@ def main_plan(a: argparse.Namespace) -> None:
               f"forward {fwd_rate:,.0f} img/s ({'given' if a.plan_fwd_rate else 'f+b rate x the f+b / forward ratio measured here, interleaved'})")
         print(f"Table 1 (no ImageNet-C/A/R/O), {big:,} images, one GPU: {big:,} x ({f_n:.0f} / {fwd_rate:,.0f} + "
               f"{fb_n:.0f} / {fb_rate:,.0f}) s = {total:,.0f} s = {total / 3600:.1f} h")
+        # the same figure from evaluate itself, its dry run priced at these rates (--calibration)
+        _, priced = run_timed(cmd + ["--dry-run", "--calibration", f"{fwd_rate:.6g},{fb_rate:.6g}"])
+        own = re.search(r"about ([\d.]+) (s|min|h) at the given calibration", priced)
+        if own is None:
+            fail(f"no priced total in the dry-run output:\n{priced}")
+        own_s = float(own.group(1)) * {"s": 1, "min": 60, "h": 3600}[own.group(2)] * big / n
+        print(f"  evaluate --dry-run --calibration {fwd_rate:.6g},{fb_rate:.6g} on the {n} images: {own.group(0)}; "
+              f"x {big:,} / {n} = {own_s / 3600:.1f} h")
         print(f"  4 GPUs each redoing the whole set (the seed papers' setup): {total / 3600:.1f} h wall, "
               f"{4 * total / 3600:.1f} GPU-hours; 4 shards of this harness: {total / 4 / 3600:.1f} h wall, "
               f"{total / 3600:.1f} GPU-hours")

@@ -41,7 +41,6 @@ def check_finite(t: torch.Tensor, ctx: Any, unit: Any, stage: str) -> None:
     what = "inputs" if stage == "attack" else "logits"
     cond = unit.attack + (f" {unit.condition}" if unit.condition and unit.condition != unit.attack else "")
     if unit.eps:
-        
         cond += f" eps={eps_text_of(unit.attack, unit.eps)}"
     raise NonFiniteError(
         f"model {ctx.spec.model!r} gave non-finite {what} ({kinds}) for {n_bad} of {len(t)} samples in the "
