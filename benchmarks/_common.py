@@ -39,6 +39,17 @@ def timed_interleaved(fns: Dict[str, Callable[[], object]], device: torch.device
     return {k: statistics.median(v) for k, v in times.items()}
 
 
+def forward_backward(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, precision: str = "fp32") -> None:
+    """One attack step's cost: forward, summed cross-entropy, gradient to the input only (the
+    parameters frozen or not, their gradients are not taken), under the runner's autocast."""
+    from robustbench_pid.device import attack_precision
+
+    xr = x.detach().clone().requires_grad_(True)
+    with attack_precision(x.device, precision):
+        loss = torch.nn.functional.cross_entropy(model(xr).float(), y, reduction="sum")
+    torch.autograd.grad(loss, xr)
+
+
 def machine() -> str:
     """One line describing where the figures were measured."""
     if torch.cuda.is_available():

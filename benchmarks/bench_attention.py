@@ -23,7 +23,7 @@ import argparse
 
 import torch
 
-from _common import machine, pick_device, timed_interleaved
+from _common import forward_backward, machine, pick_device, timed_interleaved
 
 
 def main() -> None:
@@ -81,17 +81,12 @@ def main() -> None:
         with torch.inference_mode(), attack_precision(device, a.precision):
             m(img)
 
-    def forward_backward(m: torch.nn.Module) -> None:
-        xr = img.detach().clone().requires_grad_(True)
-        with attack_precision(device, a.precision):
-            loss = torch.nn.functional.cross_entropy(m(xr).float(), target, reduction="sum")
-        torch.autograd.grad(loss, xr)
-
     t = timed_interleaved({"softmax layer": layer_soft, "PID layer": layer_pid}, device, reps=a.reps * 4)
     tm = timed_interleaved({"DeiT-tiny fwd": lambda: forward(run_soft), "PID DeiT-tiny fwd": lambda: forward(run_pid)},
                            device, reps=a.reps)
-    tb = timed_interleaved({"DeiT-tiny f+b": lambda: forward_backward(run_soft),
-                            "PID DeiT-tiny f+b": lambda: forward_backward(run_pid)}, device, reps=a.reps)
+    tb = timed_interleaved({"DeiT-tiny f+b": lambda: forward_backward(run_soft, img, target, a.precision),
+                            "PID DeiT-tiny f+b": lambda: forward_backward(run_pid, img, target, a.precision)},
+                           device, reps=a.reps)
     how = f"{a.precision}{' + torch.compile' if a.compile else ' eager'}"
     print(f"# bench_attention: batch {a.batch}, 197 tokens, dim 192, 3 heads, device {device}; whole models {how}")
     print(f"# {machine()}")

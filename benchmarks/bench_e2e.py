@@ -414,7 +414,7 @@ def fb_over_forward(ckpt: Path, device_name: str, batch: int) -> float:
     interleaved (the dry run's calibration times them one after the other, which a busy machine skews)."""
     import torch
 
-    from _common import pick_device, timed_interleaved
+    from _common import forward_backward, pick_device, timed_interleaved
     from robustbench_pid.models.zoo import load_model
 
     device = pick_device(device_name)
@@ -426,11 +426,7 @@ def fb_over_forward(ckpt: Path, device_name: str, batch: int) -> float:
         with torch.inference_mode():
             model(x)
 
-    def fb() -> None:
-        xr = x.clone().requires_grad_(True)
-        torch.autograd.grad(torch.nn.functional.cross_entropy(model(xr), y, reduction="sum"), xr)
-
-    t = timed_interleaved({"fwd": fwd, "fb": fb}, device, reps=3)
+    t = timed_interleaved({"fwd": fwd, "fb": lambda: forward_backward(model, x, y)}, device, reps=3)
     return t["fb"] / t["fwd"]
 
 

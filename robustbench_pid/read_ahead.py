@@ -27,7 +27,7 @@ class read_ahead(Iterator[T]):
     """Iterate ``items`` in order while a thread, started at once, produces up to ``depth`` ahead.
 
     An exception raised by ``items`` is re-raised by ``next``, where it would have been raised
-    without the thread. :meth:`close` (also on ``with`` exit) stops the thread after the item it
+    without the thread. :meth:`close` stops the thread after the item it
     is producing and joins it, so ``items`` is never used by two threads and nothing is left
     running. A class, not a generator function: a generator's body (and so the thread) would
     only start at the first ``next``, and closing a generator never started skips its cleanup.
@@ -84,9 +84,3 @@ class read_ahead(Iterator[T]):
             except queue.Empty:
                 pass
         self._thread.join()
-
-    def __enter__(self) -> "read_ahead[T]":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()

@@ -198,9 +198,6 @@ class HeldChunk:
                 self._got.append(b)
             yield self._got[i]
 
-    def __len__(self) -> int:
-        return self.n_batches
-
     def fill(self) -> None:
         for _ in self:
             pass
