@@ -94,7 +94,7 @@ def main() -> None:
     # the harness's whole work unit: data batches, clean pass, attack, verdict pass, records
     from robustbench_pid.benchmarks import get_benchmark
     from robustbench_pid.specs import Unit
-    from robustbench_pid.run_context import Context
+    from robustbench_pid.run.context import Context
     from robustbench_pid.specs import RunSpec
 
     class _Ctx(Context):

@@ -62,8 +62,8 @@ def main() -> None:
     a = ap.parse_args()
     device = pick_device(a.device)
 
-    from robustbench_pid.run_context import prepare
-    from robustbench_pid.runner import run
+    from robustbench_pid.run.context import prepare
+    from robustbench_pid.run.runner import run
     from robustbench_pid.specs import RunSpec
 
     if a.data == "digits":

@@ -378,7 +378,7 @@ def main_timing(a: argparse.Namespace) -> None:
         ckpt = tmp / "pid_deit_tiny_random.pth"
         make_checkpoint(ckpt)
         # load the shared libraries and the package's bytecode once, so neither side pays a cold disk cache
-        run_timed([sys.executable, "-c", "import torch, torchvision, timm, pandas, robustbench_pid.runner"])
+        run_timed([sys.executable, "-c", "import torch, torchvision, timm, pandas, robustbench_pid.run.runner"])
         print(f"# bench_e2e: PID DeiT-tiny ({MODEL}, seeded random weights), 224 px, {n} images, batch "
               f"{a.batch_size}, workers {a.workers}, device {a.device}, precision {a.precision}, reps {a.reps}")
         if a.steps != PAPER_PGD_STEPS:

@@ -7,8 +7,6 @@ by ``import robustbench_pid.models`` (``load_model`` and the runner do it for yo
 from __future__ import annotations
 
 import importlib as _importlib
-import sys as _sys
-from types import ModuleType as _ModuleType
 from typing import Any as _Any
 from typing import List as _List
 
@@ -18,20 +16,21 @@ from .version import __version__
 _LAZY = {
     "load_model": "models",
     "load_dataset": "data",
-    "load_records": "results",
-    "load_results": "results",
+    "load_records": "results.store",
+    "load_results": "results.store",
     "evaluate": "api",
     "attack": "api",
-    "table": "tables",
-    "compare_models": "comparisons",
-    "plot_eps_curves": "plots",
-    "plot_corruption_errors": "plots",
-    "plot_rank_collapse": "plots",
-    "write_plots": "plots",
-    "write_report": "report",
+    "table": "results.tables",
+    "compare_models": "results.comparisons",
+    "plot_eps_curves": "results.plots",
+    "plot_corruption_errors": "results.plots",
+    "plot_rank_collapse": "results.plots",
+    "write_plots": "results.plots",
+    "write_report": "results.report",
+    "check": "results.check",
 }
 
-__all__ = ["__version__", *_LAZY, "check"]
+__all__ = ["__version__", *_LAZY]
 
 
 def __getattr__(name: str) -> _Any:
@@ -45,20 +44,3 @@ def __getattr__(name: str) -> _Any:
 
 def __dir__() -> _List[str]:
     return sorted(n for n in {*globals(), *__all__} if not n.startswith("_") or n.startswith("__"))
-
-
-class _Package(_ModuleType):
-    """``check`` is a submodule and a public function at once: the import system sets
-    ``robustbench_pid.check = <module>`` when the submodule is first imported; the public name
-    stays the function."""
-
-    @property
-    def check(self) -> _Any:
-        return _importlib.import_module(f"{__name__}.check").check
-
-    @check.setter
-    def check(self, module: _ModuleType) -> None:
-        pass  # the submodule stays reachable as sys.modules["robustbench_pid.check"]
-
-
-_sys.modules[__name__].__class__ = _Package

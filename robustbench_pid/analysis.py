@@ -98,8 +98,8 @@ def layer_cosines(model: nn.Module, x: torch.Tensor) -> tuple:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    from .plots import draw_rank_collapse
-    from .results import load_results
+    from .results.plots import draw_rank_collapse
+    from .results.store import load_results
 
     p = argparse.ArgumentParser(prog="python -m robustbench_pid.analysis",
                                 description="plot rank-collapse results of several runs on one figure")

@@ -16,14 +16,14 @@ import pandas as pd
 import torch
 
 from .errors import UserError
-from .spec_builder import EpsLike
+from .run.spec_builder import EpsLike
 
 ModelLike = Union[str, torch.nn.Module]
 
 
 def _options(kw: Dict[str, Any]) -> Dict[str, Any]:
     """``evaluate`` keywords -> ``build_spec`` keywords (``params=`` is ``--param``), checked."""
-    from .spec_builder import option_names
+    from .run.spec_builder import option_names
 
     valid = option_names()
     kw = dict(kw)
@@ -63,15 +63,15 @@ def evaluate(model: ModelLike, attack: Union[None, str, Sequence[str]] = None, e
     ``batch_size``, ``out``, ``seed``, ``device``, ... Attack settings without their own option go in
     ``params={"random_start": False}``. The run folder is in ``df.attrs["run_dir"]``.
     """
-    from .results import load_results
-    from .runner import run as run_spec
-    from .spec_builder import build_spec
+    from .results.store import load_results
+    from .run.runner import run as run_spec
+    from .run.spec_builder import build_spec
 
     opts = _options(kw)
     obj_model = obj_data = None
     if data is not None:
         from .data import datasets
-        from .objects import as_data
+        from .run.objects import as_data
 
         if dataset in datasets:
             raise UserError(f"dataset={dataset!r} is a registered dataset; with data= it only names your data in the "
@@ -90,7 +90,7 @@ def evaluate(model: ModelLike, attack: Union[None, str, Sequence[str]] = None, e
             raise UserError("mean=/std=/num_classes= are for model objects; a registered model knows its own")
         model_name = model
     else:
-        from .objects import wrap_model
+        from .run.objects import wrap_model
 
         obj_model = wrap_model(model, mean, std, name, num_classes)
         model_name = obj_model.info["model"]
@@ -129,8 +129,8 @@ def attack(model: ModelLike, x: torch.Tensor, y: torch.Tensor, name: str, eps: O
     from .attacks import make_attack
     from .benchmarks.adversarial import attack_batches, protocol_params
     from .device import check_precision, pick_device
-    from .objects import complete_info, wrap_model
-    from .run_context import Context, unit_rng, unit_seed
+    from .run.objects import complete_info, wrap_model
+    from .run.context import Context, unit_rng, unit_seed
     from .specs import PROTOCOLS, RunSpec, Unit
 
     if protocol not in PROTOCOLS:

@@ -1,4 +1,4 @@
-"""The embedded checkpoints folder (``robustbench_pid/embedded_checkpoints/``, package data) and its manifest."""
+"""The embedded checkpoints folder (``checkpoints/`` in the repository, package data in a wheel) and its manifest."""
 from __future__ import annotations
 
 import json
@@ -7,14 +7,12 @@ from pathlib import Path
 from typing import Any, Dict
 
 from .errors import CheckpointError
+from .shipped import shipped_dir
 
 MANIFEST = "manifest.json"
 # no environment override: which weights ``embedded:NAME`` loads is part of the package, never of the shell
-EMBEDDED_DIR = Path(__file__).resolve().parent / "embedded_checkpoints"
-
-
 def checkpoints_dir() -> Path:
-    return EMBEDDED_DIR
+    return shipped_dir("embedded_checkpoints")
 
 
 def read_manifest(folder: Path | None = None) -> Dict[str, Dict[str, Any]]:

@@ -21,7 +21,6 @@ from typing import Iterator, Optional, Sequence
 import torch
 
 from .errors import UserError
-from .launcher import local_gpu
 from .specs import PRECISIONS
 
 
@@ -47,6 +46,8 @@ def _local_cuda(index: Optional[int]) -> torch.device:
     else the current one."""
     count = torch.cuda.device_count()
     if index is None:
+        from .run.launcher import local_gpu  # the launcher reads its environment once per process
+
         index = local_gpu(count)
     if index is None:
         index = torch.cuda.current_device()
@@ -60,9 +61,12 @@ def _local_cuda(index: Optional[int]) -> torch.device:
 def check_precision(device: torch.device, precision: str) -> None:
     if precision not in PRECISIONS:
         raise UserError(f"unknown precision {precision!r}; use fp32, bf16 or fp16")
-    if precision != "fp32" and device.type != "cuda":
-        raise UserError(f"--precision {precision} needs a CUDA device; on CPU use fp32")
-    if precision == "bf16" and not torch.cuda.is_bf16_supported():
+    if precision == "fp16" and device.type != "cuda":
+        raise UserError("--precision fp16 needs a CUDA device (CPU autocast has no fast fp16 path); "
+                        "on CPU use bf16 or fp32")
+    if precision != "fp32" and device.type not in ("cuda", "cpu"):
+        raise UserError(f"--precision {precision} runs on CUDA or CPU, not on {device.type}; use fp32")
+    if precision == "bf16" and device.type == "cuda" and not torch.cuda.is_bf16_supported():
         raise UserError("--precision bf16: this GPU has no bf16 support; use fp16 or fp32")
 
 
@@ -74,7 +78,8 @@ def attack_precision(device: torch.device, precision: str) -> Iterator[None]:
         return
     check_precision(device, precision)
     dtype = torch.bfloat16 if precision == "bf16" else torch.float16
-    with torch.autocast("cuda", dtype=dtype):
+    # CPU autocast (bf16) runs the same code path as CUDA's, so CI exercises it on every machine
+    with torch.autocast(device.type, dtype=dtype):
         yield
 
 

@@ -13,7 +13,7 @@ from typing import Any, Mapping
 
 import torch
 
-from .conditions import eps_text_of
+from .results.conditions import eps_text_of
 from .errors import UserError
 
 

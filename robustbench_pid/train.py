@@ -3,7 +3,7 @@
     robustbench-pid train --model deit
     robustbench-pid train --model pid_deit
 
-Writes ``robustbench_pid/embedded_checkpoints/<name>.safetensors`` (the bare network's state dict, timm key names) and a
+Writes ``checkpoints/<name>.safetensors`` (the bare network's state dict, timm key names) and a
 manifest entry: architecture and arguments, dataset and split, recipe, clean test top-1, sha256,
 library versions.
 

@@ -10,7 +10,7 @@ import robustbench_pid as rbp
 from robustbench_pid.cli import evaluate as cmd
 from robustbench_pid.cli import evaluate_main
 from robustbench_pid.errors import UserError
-from robustbench_pid.spec_builder import build_spec, option_defaults
+from robustbench_pid.run.spec_builder import build_spec, option_defaults
 
 
 def _parser():

@@ -13,7 +13,7 @@ from torch.utils.data import DataLoader, Dataset
 
 import robustbench_pid as rbp
 from robustbench_pid.errors import UserError
-from robustbench_pid.run_context import unit_seed
+from robustbench_pid.run.context import unit_seed
 from robustbench_pid.specs import Unit
 
 from conftest import model_state

@@ -318,7 +318,7 @@ def test_disk_full_or_permission_lost_mid_run(err, says, tmp_path, capsys, monke
 
 def test_unknown_bench_opt_refused_through_the_api(tmp_path):
     from robustbench_pid.errors import UserError
-    from robustbench_pid.runner import run
+    from robustbench_pid.run.runner import run
     from robustbench_pid.specs import RunSpec
 
     with pytest.raises(UserError, match="unknown --bench-opt key.*'n_image'.*valid: n_images"):
@@ -330,7 +330,7 @@ def test_unknown_bench_opt_refused_through_the_api(tmp_path):
 def test_skipped_images_in_terminal_summary_csv_and_report(tmp_path, capsys):
     from test_imagenet_datasets import WN, tree
 
-    from robustbench_pid.report import build_report
+    from robustbench_pid.results.report import build_report
 
     root = tree(tmp_path / "val", [WN[0], WN[1]], per=3, size=(40, 40))
     bad = root / WN[1] / "img_2.JPEG"
@@ -360,7 +360,7 @@ def _shards(out: Path) -> List[str]:
 
 @pytest.mark.parametrize("how", ["keyboard_interrupt", "pid_dead"])
 def test_dead_shard_is_marked_in_final_run_json(how, base_run, tmp_path, capsys, monkeypatch):
-    from robustbench_pid import runner
+    from robustbench_pid.run import runner
 
     if how == "keyboard_interrupt":
         out = tmp_path / "run"

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import robustbench_pid as rbp
-from robustbench_pid.summaries.corruptions import corruption_rows
+from robustbench_pid.results.summaries.corruptions import corruption_rows
 from robustbench_pid.imagenet_info import CORRUPTIONS_15
 
 BIN = Path(sys.executable).parent
@@ -24,7 +24,7 @@ LIMIT = 4
 @pytest.fixture(scope="module")
 def store(tmp_path_factory) -> Path:
     """deit through the console script, pid_deit through the Python runner, into one store."""
-    from robustbench_pid.runner import run
+    from robustbench_pid.run.runner import run
     from robustbench_pid.specs import RunSpec
 
     root = tmp_path_factory.mktemp("store")
@@ -108,7 +108,7 @@ def test_workers_give_identical_records(tmp_path):
     """--workers N moves corruption into DataLoader workers; per-sample seeds keep records equal."""
     import torch
 
-    from robustbench_pid.runner import run
+    from robustbench_pid.run.runner import run
     from robustbench_pid.specs import RunSpec
 
     opts = {"corruptions": {"corruptions": ["glass_blur", "shot_noise"], "severities": [2, 5]}}

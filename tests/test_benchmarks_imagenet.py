@@ -10,8 +10,8 @@ from sklearn.metrics import average_precision_score
 
 import robustbench_pid as rbp
 from robustbench_pid.imagenet_info import ALEXNET_MEAN_ERR, CORRUPTIONS_15, imagenet_wnids, subset_indices, subset_wnids
-from robustbench_pid.metrics import mean_corruption_error, relative_mean_corruption_error
-from robustbench_pid.runner import run
+from robustbench_pid.results.metrics import mean_corruption_error, relative_mean_corruption_error
+from robustbench_pid.run.runner import run
 from robustbench_pid.specs import RunSpec
 
 from test_imagenet_datasets import _imagenet_c_tree, tree  # noqa: E402
@@ -136,7 +136,7 @@ def _fake_corruption_records(model: str, dataset: str, errs, clean_err: float, n
 
 
 def test_corruption_rows_alexnet_for_imagenet_family():
-    from robustbench_pid.summaries.corruptions import corruption_rows
+    from robustbench_pid.results.summaries.corruptions import corruption_rows
 
     errs = {c: [0.1, 0.2, 0.3, 0.4, 0.5] for c in CORRUPTIONS_15}
     df = corruption_rows(_fake_corruption_records("m", "imagenet-c", errs, 0.1)).set_index("metric")

@@ -4,10 +4,10 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from robustbench_pid.baseline import read_baseline
-from robustbench_pid.check import check, update
+from robustbench_pid.results.baseline import read_baseline
+from robustbench_pid.results.check import check, update
 from robustbench_pid.cli import main
-from robustbench_pid.metrics import wilson_interval
+from robustbench_pid.results.metrics import wilson_interval
 
 
 def _row(model, attack, eps, metric, k, n=360):
@@ -126,11 +126,11 @@ def test_bad_input_is_a_clear_error(results, tmp_path, capsys):
 
 
 def test_committed_smoke_baseline_covers_the_smoke_suite():
-    """results/baselines/smoke-digits.csv must match robustbench_pid/attack_suites/smoke.toml (regenerate it when the suite changes:
+    """results/baselines/smoke-digits.csv must match attacks/smoke.toml (regenerate it when the suite changes:
     see docs/results.md)."""
     from pathlib import Path
 
-    from robustbench_pid.suites import load_suite
+    from robustbench_pid.run.suites import load_suite
 
     path = Path(__file__).resolve().parents[1] / "results" / "baselines" / "smoke-digits.csv"
     base = read_baseline(path)
@@ -145,6 +145,6 @@ def test_committed_smoke_baseline_covers_the_smoke_suite():
         # a baseline row the suite can no longer produce would fail CI as MISSING: regenerate the baseline
         stale = {(a, e) for a, e in have if (a, e) not in suite and a != "clean"
                  and not (a == "worst-case" and e in eps_grid)}
-        assert not stale, f"baseline rows {sorted(stale)} for {model} are not in robustbench_pid/attack_suites/smoke.toml: regenerate it"
+        assert not stale, f"baseline rows {sorted(stale)} for {model} are not in attacks/smoke.toml: regenerate it"
         assert ("clean", 0.0) in have and len(have & suite) >= 4
     assert base[base["metric"] == "top1"]["value"].between(0, 100).all()

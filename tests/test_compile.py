@@ -15,8 +15,8 @@ import pytest
 import torch
 
 from robustbench_pid.attacks import make_attack
-from robustbench_pid.run_context import prepare
-from robustbench_pid.runner import run
+from robustbench_pid.run.context import prepare
+from robustbench_pid.run.runner import run
 from robustbench_pid.specs import AttackSpec, RunSpec
 
 # what a record says about the model's behaviour (identity and timing columns left out)

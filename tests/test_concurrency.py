@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 import torch
 
-from robustbench_pid.runner import run
+from robustbench_pid.run.runner import run
 from robustbench_pid.specs import AttackSpec, RunSpec
 
 ARGS = ["--model", "pid_deit", "--attack", "pgd", "--eps", "2/255,4/255", "--steps", "5", "--limit", "80",

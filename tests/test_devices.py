@@ -11,8 +11,8 @@ import torch
 
 from robustbench_pid.attacks import make_attack
 from robustbench_pid.attacks.base import draw
-from robustbench_pid.run_context import prepare, unit_seed
-from robustbench_pid.runner import run
+from robustbench_pid.run.context import prepare, unit_seed
+from robustbench_pid.run.runner import run
 from robustbench_pid.specs import AttackSpec, RunSpec, Unit
 
 CUDA = torch.cuda.is_available()
@@ -78,10 +78,11 @@ def test_cpu_and_cuda_runs_differ_only_by_rounding(tmp_path) -> None:
     assert (a.correct_top1 == b.correct_top1).mean() >= 0.95
 
 
-@needs_cuda
 def test_bf16_attacks_keep_fp32_verdicts(tmp_path) -> None:
+    """Both devices: CUDA autocast where there is a GPU, CPU autocast (bf16) elsewhere."""
     attacks = [AttackSpec("pgd", make_attack("pgd", eps=4 / 255, steps=5).params())]
-    base = dict(model="pid_deit", attacks=attacks, limit=64, batch_size=32, quiet=True, device="cuda")
+    base = dict(model="pid_deit", attacks=attacks, limit=64, batch_size=32, quiet=True,
+                device="cuda" if CUDA else "cpu")
     f32 = _records(run(RunSpec(out=tmp_path / "fp32", **base)))
     b16 = _records(run(RunSpec(out=tmp_path / "bf16", precision="bf16", **base)))
     clean = f32.attack == "clean"

@@ -71,7 +71,7 @@ def test_tampered_checkpoint_is_refused(tmp_path: Path, monkeypatch: pytest.Monk
     data = bytearray(target.read_bytes())
     data[-1] ^= 0xFF
     target.write_bytes(bytes(data))
-    monkeypatch.setattr("robustbench_pid.checkpoints.EMBEDDED_DIR", tmp_path / "ck")
+    monkeypatch.setattr("robustbench_pid.checkpoints.shipped_dir", lambda name: tmp_path / "ck")
     with pytest.raises(CheckpointError, match="sha256"):
         load_model("deit")
 

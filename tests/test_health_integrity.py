@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 import torch
 
-from robustbench_pid.diagnostics import check_attack_moved, check_constant_predictions, diagnose
+from robustbench_pid.results.diagnostics import check_attack_moved, check_constant_predictions, diagnose
 from robustbench_pid.health import NonFiniteError, check_finite
 from robustbench_pid.specs import Unit
 
@@ -53,7 +53,7 @@ def _nan_ckpt(tmp_path: Path, arch_model: str, dataset: str = "digits") -> str:
 
 @pytest.mark.parametrize("benchmark", ["corruptions", "rank-collapse", "restricted"])
 def test_nan_stops_every_benchmark(benchmark, tmp_path):
-    from robustbench_pid.runner import run
+    from robustbench_pid.run.runner import run
     from robustbench_pid.specs import RunSpec
 
     kw = dict(out=tmp_path / "run", quiet=True, benchmark=benchmark, limit=6, batch_size=6)

@@ -253,8 +253,8 @@ def test_unreadable_image_in_a_worker_gives_the_one_line_message(tmp_path):
 
 
 def test_imagenet_root_env_is_only_the_option_default_and_is_in_the_spec_and_hash(tmp_path, monkeypatch):
-    from robustbench_pid.run_files import default_out
-    from robustbench_pid.spec_builder import build_spec
+    from robustbench_pid.results.run_files import default_out
+    from robustbench_pid.run.spec_builder import build_spec
 
     def spec(dataset="imagenet-c", **kw):
         root = {} if dataset == "digits" else {"data_root": str(tmp_path / "c")}
@@ -285,7 +285,7 @@ def test_imagenet_root_env_is_only_the_option_default_and_is_in_the_spec_and_has
 
 def test_every_dataset_states_its_splits_and_refuses_others(tmp_path):
     from robustbench_pid.data import datasets
-    from robustbench_pid.spec_builder import build_spec
+    from robustbench_pid.run.spec_builder import build_spec
 
     splits = {name: info.splits for name, info in datasets.items()}
     assert splits == {"digits": ("test", "train"), "imagenet": ("val",),
@@ -320,7 +320,7 @@ def test_unknown_dataset_options_are_refused(tmp_path, dataset, kw, needle):
 
 
 def test_a_data_root_for_a_built_in_dataset_is_refused(tmp_path):
-    from robustbench_pid.spec_builder import build_spec
+    from robustbench_pid.run.spec_builder import build_spec
 
     with pytest.raises(UserError, match="'digits' is built in and reads no --data-root; drop it"):
         load_dataset("digits", "test", str(tmp_path))

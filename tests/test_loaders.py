@@ -358,7 +358,7 @@ def test_evaluate_cli_args_checkpoint_and_sha_in_every_record(tmp_path: Path, ca
     from robustbench_pid.checkpoints import checkpoints_dir
     from robustbench_pid.cli import evaluate_main
     from robustbench_pid.models.zoo import build_model
-    from robustbench_pid.results import load_records
+    from robustbench_pid.results.store import load_records
 
     from safetensors.torch import load_file as st_load
 

@@ -8,7 +8,7 @@ import pytest
 from sklearn.metrics import average_precision_score
 
 from robustbench_pid.imagenet_info import ALEXNET_MEAN_ERR, CORRUPTIONS_15
-from robustbench_pid.metrics import (corruption_errors, mean_corruption_error, ood_detection_metrics,
+from robustbench_pid.results.metrics import (corruption_errors, mean_corruption_error, ood_detection_metrics,
                                      relative_mean_corruption_error, wilson_interval)
 
 

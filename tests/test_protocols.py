@@ -13,7 +13,7 @@ import torch
 from robustbench_pid.attacks import attacks, make_attack
 from robustbench_pid.attacks.base import Attack
 from robustbench_pid.benchmarks.adversarial import PAPER_PGD_STEP_FACTOR, protocol_params
-from robustbench_pid.runner import run
+from robustbench_pid.run.runner import run
 from robustbench_pid.specs import AttackSpec, RunSpec
 
 

@@ -12,7 +12,7 @@ from timm.models.vision_transformer import VisionTransformer
 
 import robustbench_pid  # noqa: F401
 from robustbench_pid.analysis import layer_cosines, pairwise_cosine, token_representations
-from robustbench_pid.plots import draw_rank_collapse
+from robustbench_pid.results.plots import draw_rank_collapse
 from robustbench_pid.models.pid_vit import PidGains, PidVisionTransformer
 from robustbench_pid.models.wrapper import Normalized
 
@@ -133,7 +133,7 @@ def test_select_images_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture(scope="module")
 def rc_runs(tmp_path_factory: pytest.TempPathFactory):
-    from robustbench_pid.runner import run
+    from robustbench_pid.run.runner import run
     from robustbench_pid.specs import RunSpec
 
     root = tmp_path_factory.mktemp("rc")
@@ -147,7 +147,7 @@ def rc_runs(tmp_path_factory: pytest.TempPathFactory):
 
 def test_benchmark_records_and_tidy_rows(rc_runs, digits_test) -> None:
     from robustbench_pid import load_model
-    from robustbench_pid.results import load_records, load_results
+    from robustbench_pid.results.store import load_records, load_results
 
     out = rc_runs["deit"]
     recs = load_records(out)
@@ -175,7 +175,7 @@ def test_benchmark_records_and_tidy_rows(rc_runs, digits_test) -> None:
 
 def test_plot_several_models_on_one_figure(rc_runs, tmp_path: Path) -> None:
     from robustbench_pid.analysis import main
-    from robustbench_pid.results import load_results
+    from robustbench_pid.results.store import load_results
 
     df = pd.concat([load_results(p) for p in rc_runs.values()], ignore_index=True)
     path = draw_rank_collapse(df, tmp_path / "fig" / "rc.png")

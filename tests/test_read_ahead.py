@@ -16,8 +16,8 @@ from typing import Iterator, List
 import pytest
 import torch
 
-from robustbench_pid.read_ahead import read_ahead
-from robustbench_pid.run_context import prepare
+from robustbench_pid.run.read_ahead import read_ahead
+from robustbench_pid.run.context import prepare
 from robustbench_pid.specs import RunSpec
 
 

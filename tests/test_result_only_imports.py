@@ -19,7 +19,7 @@ import pytest
 import robustbench_pid as rbp
 
 PKG = Path(rbp.__file__).resolve().parent
-VIEW = ["inputs", "labels", "render", "comparisons", "tables", "baseline", "check", "plots", "report", "report_text"]
+VIEW = ["labels"] + sorted(str(p.relative_to(PKG).with_suffix("")) for p in (PKG / "results").rglob("*.py"))
 VERBS = ["table", "check", "plot", "report"]
 HEAVY = ("torch", "timm", "torchvision")
 

@@ -14,10 +14,10 @@ import pandas as pd
 import pytest
 
 from robustbench_pid.attacks import get_attack, make_attack
-from robustbench_pid.conditions import META_COLUMNS, add_identity
+from robustbench_pid.results.conditions import META_COLUMNS, add_identity
 from robustbench_pid.errors import UserError
-from robustbench_pid.results import TIDY_COLUMNS, load_records, load_runs, summarize
-from robustbench_pid.runner import run
+from robustbench_pid.results.store import TIDY_COLUMNS, load_records, load_runs, summarize
+from robustbench_pid.run.runner import run
 from robustbench_pid.specs import AttackSpec, RunSpec
 
 REPO = Path(__file__).resolve().parents[1]
@@ -132,8 +132,8 @@ root = pathlib.Path(sys.argv[1])
 pkg = types.ModuleType("robustbench_pid")  # the package without its __init__ (which loads the models)
 pkg.__path__ = [str(root / "robustbench_pid")]
 sys.modules["robustbench_pid"] = pkg
-from robustbench_pid.diagnostics import diagnose
-from robustbench_pid.results import summarize
+from robustbench_pid.results.diagnostics import diagnose
+from robustbench_pid.results.store import summarize
 
 out = pathlib.Path(sys.argv[2])
 for f in sorted(out.glob("*.records.parquet")):
@@ -147,7 +147,7 @@ print("\n".join(loaded))
 
 
 def test_summaries_of_every_benchmark_kind_never_import_torch(adv_run: Path, tmp_path: Path):
-    from robustbench_pid.diagnostics import diagnose
+    from robustbench_pid.results.diagnostics import diagnose
 
     kinds = {"adversarial": pd.read_parquet(adv_run / "records.parquet"), **_kind_records()}
     for name, rec in kinds.items():
@@ -159,7 +159,7 @@ def test_summaries_of_every_benchmark_kind_never_import_torch(adv_run: Path, tmp
     assert "torch" not in loaded and not any(m.startswith(("torch.", "timm")) for m in loaded), sorted(loaded)
     assert not any(m.startswith(("robustbench_pid.benchmarks", "robustbench_pid.attacks", "robustbench_pid.models"))
                    for m in loaded), sorted(loaded)
-    assert {"robustbench_pid.summaries.adversarial", "robustbench_pid.summaries.corruptions"} <= loaded
+    assert {"robustbench_pid.results.summaries.adversarial", "robustbench_pid.results.summaries.corruptions"} <= loaded
     for name, rec in kinds.items():
         got = pd.read_pickle(tmp_path / f"{name}.tidy.pkl")
         pd.testing.assert_frame_equal(got, summarize(rec, ce_baseline="base"))
@@ -221,7 +221,7 @@ def test_incomplete_run_policy(adv_run: Path, tmp_path: Path):
 
 
 def test_rows_concatenated_from_older_results_get_their_metadata(adv_run: Path):
-    from robustbench_pid.conditions import with_attack_meta
+    from robustbench_pid.results.conditions import with_attack_meta
 
     new = summarize(load_records(adv_run))
     old = new.drop(columns=list(META_COLUMNS))

@@ -15,9 +15,9 @@ import pandas as pd
 import pytest
 import torch
 
-from robustbench_pid.claims import Claims
-from robustbench_pid.merge import IncompleteRun, merge
-from robustbench_pid.runner import run
+from robustbench_pid.run.claims import Claims
+from robustbench_pid.results.merge import IncompleteRun, merge
+from robustbench_pid.run.runner import run
 from robustbench_pid.specs import RunSpec
 
 from conftest import small_pgd_spec

@@ -16,9 +16,9 @@ import torch
 
 from robustbench_pid.cli import main as cli_main
 from robustbench_pid.errors import UserError
-from robustbench_pid.run_context import prepare
-from robustbench_pid.run_files import clean_stale_temps, write_parquet_atomic
-from robustbench_pid.runner import run
+from robustbench_pid.run.context import prepare
+from robustbench_pid.results.run_files import clean_stale_temps, write_parquet_atomic
+from robustbench_pid.run.runner import run
 from robustbench_pid.specs import AttackSpec, RunSpec
 
 
@@ -92,8 +92,8 @@ def test_bad_calibration_is_one_clear_error(tmp_path: Path, capsys, extra, needl
 
 
 def test_calibration_is_not_part_of_the_run_folder_identity() -> None:
-    from robustbench_pid.run_files import default_out
-    from robustbench_pid.spec_builder import build_spec
+    from robustbench_pid.results.run_files import default_out
+    from robustbench_pid.run.spec_builder import build_spec
 
     plain = build_spec("deit", attack="fgsm", dry_run=True)
     priced = build_spec("deit", attack="fgsm", dry_run=True, calibration=(1000, 500))
@@ -106,7 +106,7 @@ def test_unit_passes_by_attack() -> None:
 
     from robustbench_pid.attacks import make_attack
     from robustbench_pid.specs import Unit
-    from robustbench_pid.dryrun import unit_passes
+    from robustbench_pid.run.dryrun import unit_passes
 
     def passes(name: str, **kw) -> tuple:
         js = json.dumps(make_attack(name, **kw).params(), sort_keys=True)
@@ -212,7 +212,7 @@ def test_dataloader_workers_give_identical_records(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("kw,needle", [
     (dict(batch_size=0, device="cpu"), "needs a GPU"),  # on the CPU, explicitly: fine on a GPU
-    (dict(precision="bf16", device="cpu"), "needs a CUDA device"),
+    (dict(precision="fp16", device="cpu"), "needs a CUDA device"),
     (dict(precision="fp8"), "unknown precision"),
     (dict(num_workers=-1), "--workers"),
     (dict(shard="3/2"), "--shard"),

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from robustbench_pid.errors import UserError
-from robustbench_pid.suites import load_suite, suite_names
+from robustbench_pid.run.suites import load_suite, suite_names
 
 
 def _settings(suite, name):

@@ -8,10 +8,10 @@ import pandas as pd
 import pytest
 
 from robustbench_pid.errors import UserError
-from robustbench_pid.results import summarize
-from robustbench_pid.comparisons import compare_models
-from robustbench_pid.render import render
-from robustbench_pid.tables import choose_eps, paper_tables, table, tables
+from robustbench_pid.results.store import summarize
+from robustbench_pid.results.comparisons import compare_models
+from robustbench_pid.results.render import render
+from robustbench_pid.results.tables import choose_eps, paper_tables, table, tables
 
 N = 20
 
@@ -151,7 +151,7 @@ def test_compare_models_counts_every_shared_condition(synth):
 
 
 def test_mean_error_bootstrap_from_corruption_records():
-    from robustbench_pid.stats import paired_bootstrap
+    from robustbench_pid.results.stats import paired_bootstrap
 
     rng = np.random.default_rng(0)
     rows = []
@@ -238,8 +238,8 @@ def test_table_cli_writes_each_format(synth, tmp_path, capsys):
 
 def test_imagenet_c_mce_bootstrap_uses_alexnet_normalization():
     from robustbench_pid.imagenet_info import CORRUPTIONS_15
-    from robustbench_pid.metrics import mean_corruption_error
-    from robustbench_pid.comparisons import corruption_error_matrix, mce_statistic
+    from robustbench_pid.results.metrics import mean_corruption_error
+    from robustbench_pid.results.comparisons import corruption_error_matrix, mce_statistic
 
     rng = np.random.default_rng(2)
     n = 12

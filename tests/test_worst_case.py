@@ -4,9 +4,9 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from robustbench_pid.conditions import WORST_CASE
-from robustbench_pid.summaries.adversarial import worst_case_records
-from robustbench_pid.results import summarize
+from robustbench_pid.results.conditions import WORST_CASE
+from robustbench_pid.results.summaries.adversarial import worst_case_records
+from robustbench_pid.results.store import summarize
 
 IDS = dict(run_id="r", model="m", checkpoint_sha256="abc", dataset="digits", protocol="standard",
            benchmark="adversarial")

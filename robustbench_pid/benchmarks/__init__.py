@@ -1,5 +1,5 @@
 """Benchmarks: one module each. A benchmark plans work units, runs one unit into per-sample
-records; its tidy metric rows come from ``robustbench_pid.summaries`` (pandas only, so result
+records; its tidy metric rows come from ``robustbench_pid.results.summaries`` (pandas only, so result
 readers never import torch). ``adversarial`` (clean + attacks) is the default.
 """
 from __future__ import annotations

@@ -37,7 +37,7 @@ images in pixel units), the perturbed inputs are valid images, the attack is tol
 not robust, and iterative attacks keep their first success. The ``paper`` numbers are only for
 comparing with the published tables.
 
-Its tidy rows (``robustbench_pid.summaries.adversarial``, torch-free) add a derived ``worst-case`` row
+Its tidy rows (``robustbench_pid.results.summaries.adversarial``, torch-free) add a derived ``worst-case`` row
 per (norm, eps): a sample is robust only if it survived every worst-case attack run at that eps (as
 AutoAttack reports its ensemble).
 """

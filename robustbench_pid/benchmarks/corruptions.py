@@ -10,7 +10,7 @@ are corrupted inside the DataLoader workers (the CPU-bound part), with the same 
 Records: ``attack`` = ``condition`` = ``<corruption>/<severity>`` (or ``clean``), ``eps`` = 0
 (a corruption has no eps), plus ``corruption`` and ``severity`` columns.
 
-Tidy rows (``robustbench_pid.summaries.corruptions``, values in percent): ``top1``/``top5`` per
+Tidy rows (``robustbench_pid.results.summaries.corruptions``, values in percent): ``top1``/``top5`` per
 condition; ``err_<corruption>`` and ``mean_err`` always; ``ce_<corruption>``, ``mce``, ``relative_mce``
 when a baseline exists: AlexNet for ImageNet, otherwise the model named by the explicit ``ce_baseline``
 option of the result readers.

@@ -38,7 +38,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "(`robustbench-pid list benchmarks` lists them)")
     a = p.add_argument_group("attacks")
     a.add_argument("--attack", action="append", default=[], help="attack name (repeatable)")
-    a.add_argument("--suite", help="attack suite: a name (`robustbench-pid list suites`; shipped in robustbench_pid/attack_suites/) or a path to a .toml file")
+    a.add_argument("--suite", help="attack suite: a name (`robustbench-pid list suites`; shipped in attacks/) or a path to a .toml file")
     a.add_argument("--eps", help="comma-separated eps list, e.g. 1/255,2/255,4/255 (default: the papers' "
                                  "1/255..6/255 sweep for fgsm/pgd, the attack's default otherwise)")
     a.add_argument("--steps", type=int)
@@ -77,8 +77,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def spec_options(args: argparse.Namespace) -> Dict[str, Any]:
-    """The parsed flags as :func:`robustbench_pid.spec_builder.build_spec` keywords."""
-    from ..spec_builder import option_names
+    """The parsed flags as :func:`robustbench_pid.run.spec_builder.build_spec` keywords."""
+    from ..run.spec_builder import option_names
 
     names = set(option_names())
     return {k: v for k, v in vars(args).items() if k in names}
@@ -87,9 +87,9 @@ def spec_options(args: argparse.Namespace) -> Dict[str, Any]:
 def run(args: argparse.Namespace) -> int:
     import pandas as pd
 
-    from ..report_text import format_summary
-    from ..runner import run as run_spec
-    from ..spec_builder import build_spec
+    from ..results.report_text import format_summary
+    from ..run.runner import run as run_spec
+    from ..run.spec_builder import build_spec
 
     spec = build_spec(**spec_options(args))  # the CLI only parses; the library builds
     out = run_spec(spec)
@@ -97,7 +97,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     summary_path = out / "summary.csv"
     if not summary_path.is_file():
-        from ..launcher import launch
+        from ..run.launcher import launch
 
         launched = launch(spec.shard)
         i, n = launched.index, launched.count
@@ -106,7 +106,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     print(format_summary(pd.read_csv(summary_path)))
     if spec.benchmark == "adversarial" and spec.attacks:
-        from ..diagnostics import diagnose, format_findings
+        from ..results.diagnostics import diagnose, format_findings
 
         print("\n" + format_findings(diagnose(pd.read_parquet(out / "records.parquet"))))
     print(f"\nwrote {out}  (records.parquet, summary.csv, run.json)")

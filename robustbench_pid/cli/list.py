@@ -34,7 +34,7 @@ def run(a: argparse.Namespace) -> int:
         for name in benchmark_names():
             print(f"{name:16s} {_first_line(type(get_benchmark(name)))}")
     else:
-        from ..suites import load_suite, suite_names
+        from ..run.suites import load_suite, suite_names
 
         for name in suite_names():
             s = load_suite(name)

@@ -20,8 +20,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..report_text import format_summary
-    from ..merge import merge
+    from ..results.report_text import format_summary
+    from ..results.merge import merge
 
     summary = merge(args.run_dir)
     if not args.quiet:

@@ -22,8 +22,8 @@ def run(args: argparse.Namespace) -> int:
     import matplotlib
 
     matplotlib.use("Agg")
-    from ..inputs import load_inputs
-    from ..plots import write_plots
+    from ..results.inputs import load_inputs
+    from ..results.plots import write_plots
 
     paths, notes = write_plots(load_inputs(args.results, ce_baseline=args.ce_baseline), args.out,
                                formats=args.format or ("png", "svg"))

@@ -22,8 +22,8 @@ def run(args: argparse.Namespace) -> int:
     import matplotlib
 
     matplotlib.use("Agg")
-    from ..inputs import load_inputs
-    from ..report import write_report
+    from ..results.inputs import load_inputs
+    from ..results.report import write_report
 
     out = write_report(load_inputs(args.results, ce_baseline=args.ce_baseline), args.output, title=args.title,
                        n_boot=args.n_boot)

@@ -28,9 +28,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..inputs import load_inputs
-    from ..render import render
-    from ..tables import tables
+    from ..results.inputs import load_inputs
+    from ..results.render import render
+    from ..results.tables import tables
 
     inp = load_inputs(args.results, ce_baseline=args.ce_baseline)
     kw = {}

@@ -6,14 +6,14 @@ from dataclasses import asdict
 from pathlib import Path
 
 NAME = "train"
-HELP = "train the embedded digits deit / pid_deit with one seeded recipe and update the embedded checkpoints manifest (robustbench_pid/embedded_checkpoints/)"
+HELP = "train the embedded digits deit / pid_deit with one seeded recipe and update the embedded checkpoints manifest (checkpoints/)"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from ..train import Recipe
 
     p.add_argument("--model", required=True, choices=["deit", "pid_deit"])
-    p.add_argument("--out", type=Path, default=None, help="folder for the checkpoint (default: robustbench_pid/embedded_checkpoints/)")
+    p.add_argument("--out", type=Path, default=None, help="folder for the checkpoint (default: checkpoints/)")
     for f, v in asdict(Recipe()).items():
         p.add_argument(f"--{f.replace('_', '-')}", type=type(v), default=v)
 

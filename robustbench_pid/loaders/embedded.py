@@ -1,4 +1,4 @@
-"""``embedded:NAME``: a checkpoint shipped in ``robustbench_pid/embedded_checkpoints/``, verified against its sha256."""
+"""``embedded:NAME``: a checkpoint shipped in ``checkpoints/``, verified against its sha256."""
 from __future__ import annotations
 
 from safetensors.torch import load_file as st_load

@@ -1,7 +1,7 @@
 """Pretrained configs (timm style) for our registered models.
 
 ``url`` is empty on purpose: our weights never come from the network. ImageNet models take a
-``--checkpoint``; the digits models load from the embedded checkpoints (``robustbench_pid/embedded_checkpoints/``).
+``--checkpoint``; the digits models load from the embedded checkpoints (``checkpoints/``).
 """
 from __future__ import annotations
 

@@ -1,0 +1,107 @@
+"""The baseline file of ``check``: a reviewable CSV of tidy rows, and its per-sample sidecar.
+
+One row per model, dataset, protocol, attack, eps, metric (and condition) with value, n, its 95%
+interval, what the number means (the condition's settings and sample set) and where it was made
+(device, precision, library versions). ``--update`` also writes the per-sample verdicts beside it
+(``NAME.samples.parquet``) so a later check can compare old and new on the samples both have.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional, Union
+
+import numpy as np
+import pandas as pd
+
+from .conditions import canonical, short_hash
+from ..errors import UserError
+from .inputs import EPS_DECIMALS
+
+CHECK_KEY = ["model", "dataset", "protocol", "attack", "eps", "metric", "condition"]  # condition: e.g. layer=3
+IDENTITY = ["setting", "settings_id", "samples_id", "settings"]
+ENVIRONMENT = ["device", "precision", "versions"]
+BASELINE_COLUMNS = CHECK_KEY + ["value", "n", "ci_low", "ci_high", "benchmark", "checkpoint_sha256"] + IDENTITY + \
+    ENVIRONMENT
+STRING_COLS = ("dataset", "protocol", "condition", "benchmark") + tuple(IDENTITY) + tuple(ENVIRONMENT)
+
+
+def _match_id(settings: str) -> str:
+    """The settings a check matches on: everything but the precision, which ``check`` treats as part
+    of the environment (rounding, not another attack; see ``robustbench_pid.results.check``)."""
+    if not settings:
+        return ""
+    if "+" in settings and not settings.startswith("{"):  # a derived row: the identities it combines
+        return short_hash(settings)
+    try:
+        d = json.loads(settings)
+    except ValueError:
+        return short_hash(settings)
+    d.pop("precision", None)
+    return short_hash(canonical(d))
+
+
+def normalize(df: pd.DataFrame) -> pd.DataFrame:
+    """Baseline or result rows in one comparable form: string columns without NaN, eps rounded,
+    ``_match`` (the settings a check matches on)."""
+    df = df.copy()
+    for col in STRING_COLS:
+        if col not in df.columns:
+            df[col] = ""
+        df[col] = df[col].astype("string").fillna("").astype(str)
+    for col in ("n", "ci_low", "ci_high", "checkpoint_sha256", "run_id"):
+        if col not in df.columns:
+            df[col] = np.nan
+    df["eps"] = pd.to_numeric(df["eps"], errors="coerce").fillna(0.0).round(EPS_DECIMALS)
+    df["_match"] = [_match_id(x) for x in df["settings"]]
+    return df
+
+
+def read_baseline(path: Union[str, Path]) -> pd.DataFrame:
+    p = Path(path)
+    if not p.is_file():
+        raise UserError(f"baseline not found: {p}. Create it from good results with `robustbench-pid check "
+                        f"RESULTS --baseline {p} --update`")
+    try:
+        df = pd.read_csv(p)
+    except Exception as exc:  # noqa: BLE001
+        raise UserError(f"{p}: not a readable CSV ({exc})") from None
+    if "condition" not in df.columns:
+        df["condition"] = ""
+    missing = set(CHECK_KEY + ["value"]) - set(df.columns)
+    if missing:
+        raise UserError(f"{p}: not a baseline CSV (missing columns {', '.join(sorted(missing))}); "
+                        f"write one with --update")
+    return normalize(df)
+
+
+def sidecar(path: Union[str, Path]) -> Path:
+    """The per-sample verdicts written beside a baseline (for comparisons on shared samples)."""
+    p = Path(path)
+    return p.with_name(p.stem + ".samples.parquet")
+
+
+def write_baseline(rows: pd.DataFrame, path: Union[str, Path], records: Optional[pd.DataFrame] = None) -> Path:
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    out = rows.sort_values(CHECK_KEY + ["settings_id"], kind="stable")[BASELINE_COLUMNS]
+    tmp = p.with_name(f".{p.name}.tmp")
+    out.to_csv(tmp, index=False, float_format="%.12g")
+    verdicts = verdicts_of(records)
+    if verdicts is not None:
+        side_tmp = sidecar(p).with_name(f".{sidecar(p).name}.tmp")
+        verdicts.to_parquet(side_tmp, index=False)
+        side_tmp.replace(sidecar(p))
+    tmp.replace(p)
+    return p
+
+
+def verdicts_of(records: Optional[pd.DataFrame]) -> Optional[pd.DataFrame]:
+    """Per-sample top-1/top-5 verdicts of each condition (None when the records cannot say)."""
+    cols = ["model", "dataset", "attack", "eps", "settings_id", "sample_id", "correct_top1", "correct_top5"]
+    if records is None or not set(cols) <= set(records.columns):
+        return None
+    v = records[cols].copy()
+    v["eps"] = v["eps"].astype(float).round(EPS_DECIMALS)
+    v["sample_id"] = v["sample_id"].astype(str)
+    return v.drop_duplicates(["model", "dataset", "attack", "eps", "settings_id", "sample_id"])

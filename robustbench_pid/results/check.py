@@ -1,0 +1,359 @@
+"""Regression checks for CI: compare results with a committed baseline CSV.
+
+A baseline is a plain CSV (one row per model, dataset, protocol, attack, eps, metric with value,
+n and its 95% interval, and what the number means: the condition's settings and sample set, and
+where it was made: device, precision, library versions), reviewable in a pull request. ``check``
+fails when a number gets worse by more than the tolerance (in percentage points; "worse" is lower
+for accuracies and AUPR, higher for mCE/CE/FPR), when a baseline row is missing, and when a number
+no longer measures the same thing:
+
+- ``SETTINGS-CHANGED``: the attack behind the row changed (fewer steps, another step size, no
+  random start, another loss, the paper instead of the standard protocol, ...). A weaker attack
+  must never pass for an improvement; the report names each setting (old -> new), and
+  ``--update`` is how a change is accepted on purpose.
+- ``SAMPLES-CHANGED``: the number was computed on another sample set (n or ids). When the results
+  carry per-sample records and the baseline has its per-sample sidecar (written by ``--update``),
+  old and new are shown on the samples both have.
+
+Device and precision: the same command gives bit-identical numbers on the same device and
+precision, and numbers that differ by floating-point rounding elsewhere (docs/devices.md). Against
+a baseline made on another device type or precision, ``check`` says so and fails only on drops that
+are also significant (as with ``--significant``); same-device checks keep the plain tolerance.
+
+``significant=True`` (CI-aware mode) also requires the drop to be statistically significant: the
+95% interval of new - old (Newcombe's method from the two Wilson intervals) must lie entirely on
+the worse side of zero. Rows without intervals (e.g. mCE without a bootstrap interval) fall back to
+the tolerance alone. Baselines written before settings were recorded still work, with a warning.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+
+import numpy as np
+import pandas as pd
+
+from .baseline import (BASELINE_COLUMNS, CHECK_KEY, ENVIRONMENT, normalize, read_baseline, sidecar, verdicts_of,
+                       write_baseline)
+from .conditions import settings_diff
+from ..errors import UserError
+from .inputs import as_inputs
+from ..labels import eps_text
+from .metrics import wilson_interval
+from .stats import newcombe_difference_interval
+
+MATCH_KEY = ["model", "dataset", "attack", "eps", "metric", "condition"]  # + the settings (protocol included)
+EPS = 1e-6  # absorbs float formatting in the CSV; far below one sample (100/n points)
+FAILING = ("REGRESSED", "MISSING", "SETTINGS-CHANGED", "SAMPLES-CHANGED")
+
+def lower_is_better(metric: str) -> bool:
+    return metric in ("mce", "relative_mce", "fpr95", "mean_error") or metric.startswith("ce_")
+
+
+@dataclass
+class CheckResult:
+    rows: pd.DataFrame  # one row per compared key with a status
+    tolerance: float
+    significant: bool
+    baseline: str = ""
+    notes: List[str] = field(default_factory=list)
+
+    @property
+    def failures(self) -> pd.DataFrame:
+        return self.rows[self.rows["status"].isin(FAILING)]
+
+    @property
+    def ok(self) -> bool:
+        return self.failures.empty
+
+    def report(self, verbose: bool = False) -> str:
+        """Readable diff: the failing rows (all rows with ``verbose``), what changed, a summary line."""
+        r = self.rows
+        counts = r["status"].value_counts()
+        show = r if verbose else r[r["status"] != "ok"]
+        lines: List[str] = []
+        if len(show):
+            t = show.assign(
+                eps=[eps_text(e, n) for e, n in zip(show["eps"], show["norm"])],
+                old=[_f(v) for v in show["old"]], new=[_f(v) for v in show["new"]],
+                delta=[_f(v, signed=True) for v in show["delta"]],
+                interval=[f"[{_f(lo)}, {_f(hi)}]" if pd.notna(lo) else "" for lo, hi in
+                          zip(show["new_ci_low"], show["new_ci_high"])],
+                **{"delta 95% CI": [f"[{_f(lo, True)}, {_f(hi, True)}]" if pd.notna(lo) else "" for lo, hi in
+                                    zip(show["delta_ci_low"], show["delta_ci_high"])]},
+            )[["status", "model", "dataset", "protocol", "attack", "eps", "metric", "old", "new", "delta",
+               "interval", "delta 95% CI"]]
+            lines.append(t.to_string(index=False))
+            lines.append("")
+        changed = r[r["status"].isin(["SETTINGS-CHANGED", "SAMPLES-CHANGED"])]
+        for _, c in changed.iterrows():
+            lines.append(f"{c['status']}: {c['model']} {c['dataset']} {c['attack']} "
+                         f"eps={eps_text(c['eps'], c['norm'])} {c['metric']}: {c['changes']}")
+        if len(changed):
+            lines.append("the numbers above no longer measure the same thing as the baseline; if the change is "
+                         "deliberate, accept it with --update")
+            lines.append("")
+        mode = "significant drops only (Newcombe 95% interval of new-old)" if self.significant else "any drop"
+        lines.append(
+            f"check against {self.baseline or 'baseline'}: {len(r)} rows; "
+            f"{counts.get('ok', 0)} ok, {counts.get('REGRESSED', 0)} regressed, {counts.get('MISSING', 0)} missing, "
+            f"{counts.get('SETTINGS-CHANGED', 0)} with changed settings, {counts.get('SAMPLES-CHANGED', 0)} with "
+            f"changed samples, {counts.get('improved', 0)} improved, {counts.get('within-noise', 0)} drops not "
+            f"significant, {counts.get('new', 0)} new; tolerance {self.tolerance:g} pp, failing on {mode}")
+        lines += [f"note: {n}" for n in self.notes]
+        lines.append("FAILED" if not self.ok else "PASSED")
+        return "\n".join(lines)
+
+
+def _f(v: Any, signed: bool = False) -> str:
+    if v is None or pd.isna(v):
+        return "-"
+    return f"{v:+.2f}" if signed else f"{v:.2f}"
+
+
+def _run_environment(runs: Sequence[Dict[str, Any]]) -> Dict[str, Dict[str, str]]:
+    """run_id -> device type, precision and library versions, from each run's run.json."""
+    env: Dict[str, Dict[str, str]] = {}
+    for info in runs:
+        dev = info.get("device") or ""
+        devs = dev if isinstance(dev, list) else [dev]
+        kinds = sorted({str(d).split(":")[0] for d in devs if d})
+        v = info.get("versions") or {}
+        env[str(info.get("run_id", ""))] = {
+            "device": "+".join(kinds), "precision": str(info.get("precision") or ""),
+            "versions": " ".join(f"{k}={v[k]}" for k in ("robustbench_pid", "torch", "timm") if k in v)}
+    return env
+
+
+def current_rows(data: Any, metrics: Optional[Sequence[str]] = None,
+                 ce_baseline: Optional[str] = None) -> pd.DataFrame:
+    """Tidy results reduced to one row per check key and settings (ambiguity is an error, not a guess)."""
+    inp = as_inputs(data, ce_baseline=ce_baseline)
+    df = inp.rows.copy()  # every row, not the de-duplicated view of the tables: two runs of one key are refused
+    env = _run_environment(inp.runs)
+    if env and "run_id" in df.columns:
+        for col in ENVIRONMENT:
+            from_run = df["run_id"].astype(str).map(lambda r, c=col: env.get(r, {}).get(c, ""))
+            if col in df.columns:
+                df[col] = df[col].astype("string").fillna("").astype(str).where(lambda x: x != "", from_run)
+            else:
+                df[col] = from_run
+    df = normalize(df)
+    if metrics:
+        df = df[df["metric"].isin(metrics)]
+    dup = df.duplicated(CHECK_KEY + ["_match"], keep=False)
+    if dup.any():
+        d = df[dup].iloc[0]
+        runs = sorted(set(df[dup & (df[CHECK_KEY] == d[CHECK_KEY]).all(axis=1)]["run_id"].astype(str)))
+        raise UserError(f"the results hold {int(dup.sum())} rows sharing a key, e.g. {d['model']} {d['dataset']} "
+                        f"{d['protocol']} {d['attack']} eps={eps_text(d['eps'], d['norm'])} {d['metric']} "
+                        f"with identical settings (runs {', '.join(runs)}); point check at one run folder per "
+                        f"model/setting")
+    out = df[BASELINE_COLUMNS + ["_match", "run_id", "norm"]].reset_index(drop=True)
+    out.attrs["records"] = inp.records
+    return out
+
+
+def _on_shared(old: Dict[str, Any], new: Dict[str, Any], base_v: Optional[pd.DataFrame],
+               cur_v: Optional[pd.DataFrame]) -> Optional[Tuple[float, float, float, float, float, float, int]]:
+    """(old, lo, hi, new, lo, hi, n) accuracy on the samples both sets have, when both have verdicts."""
+    metric = str(new["metric"])
+    if base_v is None or cur_v is None or metric not in ("top1", "top5"):
+        return None
+    col = f"correct_{metric}"
+
+    def pick(v: pd.DataFrame, r: Dict[str, Any]) -> pd.Series:
+        m = ((v["model"] == r["model"]) & (v["dataset"] == r["dataset"]) & (v["attack"] == r["attack"])
+             & (v["eps"] == r["eps"]) & (v["settings_id"] == r["settings_id"]))
+        return v[m].set_index("sample_id")[col].astype(bool)
+
+    a, b = pick(base_v, old), pick(cur_v, new)
+    shared = a.index.intersection(b.index)
+    if len(shared) == 0:
+        return None
+    ka, kb, n = int(a.loc[shared].sum()), int(b.loc[shared].sum()), len(shared)
+    (la, ha), (lb, hb) = wilson_interval(ka, n), wilson_interval(kb, n)
+    return 100 * ka / n, 100 * la, 100 * ha, 100 * kb / n, 100 * lb, 100 * hb, n
+
+
+def compare(current: pd.DataFrame, baseline: pd.DataFrame, tolerance: float = 0.0,
+            significant: bool = False, base_verdicts: Optional[pd.DataFrame] = None,
+            notes: Optional[List[str]] = None) -> pd.DataFrame:
+    """Row-by-row comparison; ``status`` is ok, improved, within-noise, REGRESSED, MISSING, new,
+    SETTINGS-CHANGED or SAMPLES-CHANGED (``changes`` says what changed)."""
+    if tolerance < 0:
+        raise UserError(f"--tolerance must be >= 0 percentage points, got {tolerance}")
+    notes = notes if notes is not None else []
+    cur = current if "_match" in current.columns else normalize(current)
+    base = baseline if "_match" in baseline.columns else normalize(baseline)
+    has_settings = bool((base["settings_id"] != "").any())
+    if not has_settings:
+        notes.append("the baseline predates recorded settings: attack settings and sample sets were not compared; "
+                     "rewrite it with --update to guard them too")
+        cur = cur.assign(_match="")
+        base = base.assign(_match="")
+        key = CHECK_KEY
+    else:
+        key = MATCH_KEY + ["_match"]
+    cur_v = verdicts_of(current.attrs.get("records"))
+    m = base.merge(cur, on=key, how="outer", suffixes=("_old", "_new"), indicator=True)
+    for col in CHECK_KEY:
+        if col not in m.columns:  # protocol when matching on settings
+            m[col] = m[f"{col}_new"].where(m["_merge"] != "left_only", m[f"{col}_old"])
+    # a baseline row and a result row of the same key with different settings: the attack changed
+    pairs: Dict[int, int] = {}
+    if has_settings:
+        left = m[m["_merge"] == "left_only"]
+        right = m[m["_merge"] == "right_only"]
+        taken: set = set()
+        for i, r in left.iterrows():
+            same = right[(right[MATCH_KEY] == r[MATCH_KEY]).all(axis=1) & ~right.index.isin(taken)]
+            if len(same):
+                j = same.index[0]
+                pairs[i] = j
+                taken.add(j)
+    rows = []
+    env_diff: set = set()
+    skip = set(pairs.values())
+    for i, r in m.iterrows():
+        if i in skip:
+            continue
+        out = {k: r[k] for k in CHECK_KEY}
+        out.update(old=r.get("value_old"), new=r.get("value_new"), delta=np.nan, new_ci_low=r.get("ci_low_new"),
+                   new_ci_high=r.get("ci_high_new"), delta_ci_low=np.nan, delta_ci_high=np.nan, changes="")
+        if i in pairs:
+            n = m.loc[pairs[i]]
+            out.update(status="SETTINGS-CHANGED", new=n.get("value_new"), protocol=n.get("protocol_new"),
+                       new_ci_low=n.get("ci_low_new"), new_ci_high=n.get("ci_high_new"),
+                       changes="; ".join(settings_diff(str(r.get("settings_old")), str(n.get("settings_new"))))
+                       or f"settings {r.get('settings_id_old')} → {n.get('settings_id_new')}")
+            if pd.notna(out["new"]) and pd.notna(out["old"]):
+                out["delta"] = float(out["new"]) - float(out["old"])
+            rows.append(out)
+            continue
+        if r["_merge"] == "left_only":
+            out["status"] = "MISSING"
+            rows.append(out)
+            continue
+        if r["_merge"] == "right_only":
+            out["status"] = "new"
+            rows.append(out)
+            continue
+        old, new = float(r["value_old"]), float(r["value_new"])
+        lo_o, hi_o, lo_n, hi_n = r.get("ci_low_old"), r.get("ci_high_old"), r.get("ci_low_new"), r.get("ci_high_new")
+        samples_changed = has_settings and r.get("samples_id_old") and r.get("samples_id_new") and \
+            r["samples_id_old"] != r["samples_id_new"]
+        if samples_changed:
+            n_old, n_new = r.get("n_old"), r.get("n_new")
+            what = f"n {_n(n_old)} → {_n(n_new)}" if _n(n_old) != _n(n_new) else f"other sample ids (n {_n(n_new)})"
+            shared = _on_shared({**{k: r[k] for k in MATCH_KEY}, "settings_id": r.get("settings_id_old")},
+                                {**{k: r[k] for k in MATCH_KEY}, "settings_id": r.get("settings_id_new")},
+                                base_verdicts, cur_v)
+            if shared is not None:
+                old, lo_o, hi_o, new, lo_n, hi_n, n_sh = shared
+                what += f"; old and new shown on the {n_sh} samples both have"
+                out.update(old=old, new=new, new_ci_low=lo_n, new_ci_high=hi_n)
+            out["changes"] = f"sample set changed ({what})"
+        delta = new - old
+        out["delta"] = delta
+        worse = -delta if not lower_is_better(str(r["metric"])) else delta  # > 0 means worse
+        intervals = [lo_n, hi_n, lo_o, hi_o]
+        have_ci = all(v is not None and pd.notna(v) for v in intervals)
+        if have_ci:
+            lo, hi = newcombe_difference_interval(new, lo_n, hi_n, old, lo_o, hi_o)
+            out["delta_ci_low"], out["delta_ci_high"] = lo, hi
+        env_old = (r.get("device_old", ""), r.get("precision_old", ""))
+        env_new = (r.get("device_new", ""), r.get("precision_new", ""))
+        cross = all(env_old) and all(env_new) and env_old != env_new
+        if cross:
+            env_diff.add((env_old, env_new))
+        if samples_changed:
+            out["status"] = "SAMPLES-CHANGED"
+        elif worse > tolerance + EPS:
+            if (significant or cross) and have_ci:
+                sig = out["delta_ci_high"] < 0 if not lower_is_better(str(r["metric"])) else out["delta_ci_low"] > 0
+                out["status"] = "REGRESSED" if sig else "within-noise"
+            else:
+                out["status"] = "REGRESSED"
+        elif worse < -EPS:
+            out["status"] = "improved"
+        else:
+            out["status"] = "ok"
+        rows.append(out)
+    for (d_old, p_old), (d_new, p_new) in sorted(env_diff):
+        notes.append(f"the baseline was made on {d_old} ({p_old}) and these results on {d_new} ({p_new}): numbers "
+                     f"differ by floating-point rounding across devices and precisions, so for those rows only "
+                     f"drops that are also significant fail (Newcombe 95% interval)")
+    res = pd.DataFrame(rows)
+    if res.empty:
+        return pd.DataFrame(columns=CHECK_KEY + ["status", "old", "new", "delta", "changes"])
+    order = {"REGRESSED": 0, "SETTINGS-CHANGED": 1, "SAMPLES-CHANGED": 2, "MISSING": 3, "within-noise": 4,
+             "improved": 5, "new": 6, "ok": 7}
+    res["_o"] = res["status"].map(order)
+    return res.sort_values(["_o"] + CHECK_KEY, kind="stable").drop(columns="_o").reset_index(drop=True)
+
+
+def _n(v: Any) -> str:
+    return str(int(v)) if v is not None and pd.notna(v) else "?"
+
+
+def check(results: Any, baseline: Union[str, Path], tolerance: float = 0.0,
+          metrics: Optional[Sequence[str]] = None, significant: bool = False,
+          ce_baseline: Optional[str] = None) -> CheckResult:
+    """Compare ``results`` (paths, tidy DataFrame) with the baseline CSV; see the module docstring.
+
+    ``ce_baseline``: the model whose corruption errors normalize CE/mCE outside ImageNet."""
+    cur = current_rows(results, metrics, ce_baseline)
+    base = read_baseline(baseline)
+    notes: List[str] = []
+    if metrics:
+        unknown = set(metrics) - set(base["metric"]) - set(cur["metric"])
+        if unknown:
+            raise UserError(f"--metric {', '.join(sorted(unknown))}: not in the baseline or the results; present: "
+                            f"{', '.join(sorted(set(base['metric']) | set(cur['metric'])))}")
+        base = base[base["metric"].isin(metrics)]
+    if cur.empty:
+        raise UserError("the results hold no rows to check" + (" for the chosen --metric" if metrics else ""))
+    sha_old = base.dropna(subset=["checkpoint_sha256"]).groupby("model")["checkpoint_sha256"].first() \
+        if "checkpoint_sha256" in base.columns else pd.Series(dtype=str)
+    sha_new = cur.dropna(subset=["checkpoint_sha256"]).groupby("model")["checkpoint_sha256"].first()
+    for model in sorted(set(sha_old.index) & set(sha_new.index)):
+        if sha_old[model] != sha_new[model]:
+            notes.append(f"{model}: checkpoint changed ({str(sha_old[model])[:12]} -> {str(sha_new[model])[:12]})")
+    absent = sorted(set(base["model"].astype(str)) - set(cur["model"].astype(str)))
+    if absent:
+        notes.append(f"model(s) {', '.join(absent)} of the baseline are not in the results at all: evaluate them "
+                     f"too, or check against a baseline of the models you ran")
+    v_old, v_new = _one(base["versions"]), _one(cur["versions"])
+    if v_old and v_new and v_old != v_new:
+        notes.append(f"library versions differ: baseline {v_old}; results {v_new}")
+    side = sidecar(baseline)
+    base_v = pd.read_parquet(side) if side.is_file() else None
+    rows = compare(cur, base, tolerance=tolerance, significant=significant, base_verdicts=base_v, notes=notes)
+    norms = cur.drop_duplicates("attack").set_index("attack")["norm"]  # how each attack's eps is written
+    rows = rows.assign(norm=rows["attack"].map(norms).fillna("")) if len(rows) else rows.assign(norm="")
+    return CheckResult(rows, tolerance, significant, str(baseline), notes)
+
+
+def _one(s: pd.Series) -> str:
+    vals = sorted(set(x for x in s.astype(str) if x))
+    return "; ".join(vals)
+
+
+def update(results: Any, baseline: Union[str, Path], metrics: Optional[Sequence[str]] = None,
+           ce_baseline: Optional[str] = None) -> pd.DataFrame:
+    """Rewrite the baseline from the results (deliberately); returns what changed against the old one."""
+    cur = current_rows(results, metrics, ce_baseline)
+    if cur.empty:
+        raise UserError("the results hold no rows to write" + (" for the chosen --metric" if metrics else ""))
+    p = Path(baseline)
+    old = read_baseline(p) if p.is_file() else None
+    changes = compare(cur, old if not metrics else old[old["metric"].isin(metrics)]) if old is not None \
+        else cur.assign(status="new")
+    records = cur.attrs.get("records")
+    if old is not None and metrics:  # only the chosen metrics are rewritten; the others stay as they were
+        keep = old[~old["metric"].isin(metrics)]
+        cur = pd.concat([keep.reindex(columns=BASELINE_COLUMNS), cur], ignore_index=True)
+    write_baseline(cur, p, records)
+    return changes

@@ -1,0 +1,252 @@
+"""Plots (matplotlib): accuracy against eps, per-corruption CE bars, rank-collapse curves.
+
+Each plot is a function taking results (a path, tidy DataFrame or records) and returning a
+``matplotlib.figure.Figure`` (or ``None`` when the results hold nothing for it), so a notebook can
+call it; ``write_plots`` saves all of them as PNG and SVG. Figures are built with the
+object-oriented API on an Agg canvas, never through pyplot's global state, so this works headless
+(CI, servers) and does not change a notebook's backend.
+"""
+from __future__ import annotations
+
+import io
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
+
+import numpy as np
+
+from ..errors import UserError
+from .inputs import ACCURACY_METRICS, OOD_DATASETS, as_inputs, norm_of
+
+FORMATS = ("png", "svg")
+
+
+def _figure(width: float, height: float, dpi: int = 100):
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(width, height), dpi=dpi, layout="constrained")
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def plot_eps_curves(data: Any, metric: str = "top1", attacks: Optional[Sequence[str]] = None,
+                    dataset: Optional[str] = None, protocol: Optional[str] = None,
+                    models: Optional[Sequence[str]] = None, ce_baseline: Optional[str] = None):
+    """Accuracy against eps, one panel per attack (and protocol), one line per model, 95% band.
+
+    Clean accuracy is drawn at eps 0 of every panel (an attack at eps 0 is the clean input).
+    Attacks run at a single eps get no panel, unless no attack was run at several.
+    """
+    if metric not in ACCURACY_METRICS:
+        raise UserError(f"metric must be one of {', '.join(ACCURACY_METRICS)}, got {metric!r}")
+    df = as_inputs(data, ce_baseline=ce_baseline).results
+    df = df[(df["metric"] == metric) & (df["benchmark"] == "adversarial")] if "adversarial" in set(df["benchmark"]) \
+        else df[df["metric"] == metric]
+    df = df[~df["dataset"].isin(OOD_DATASETS)]
+    if dataset is not None:
+        df = df[df["dataset"] == dataset]
+    if protocol is not None:
+        df = df[df["protocol"] == protocol]
+    if models:
+        df = df[df["label"].isin(models)]
+    att = df[df["attack"] != "clean"]
+    if attacks:
+        att = att[att["attack"].isin(attacks)]
+    if att.empty:
+        return None
+    panels = sorted({(a, d, p) for a, d, p in zip(att["attack"], att["dataset"], att["protocol"])})
+    multi = [k for k in panels if att[(att["attack"] == k[0]) & (att["dataset"] == k[1]) &
+                                      (att["protocol"] == k[2])]["eps_key"].nunique() > 1]
+    panels = multi or panels
+    many_ds = len({k[1] for k in panels}) > 1
+    many_proto = len({k[2] for k in panels}) > 1
+    order = list(models) if models else sorted(df["label"].unique())
+    colors = {m: f"C{i % 10}" for i, m in enumerate(order)}
+    ncol = min(3, len(panels))
+    nrow = int(np.ceil(len(panels) / ncol))
+    fig = _figure(4.2 * ncol, 3.3 * nrow)
+    axes = fig.subplots(nrow, ncol, squeeze=False).ravel()
+    for ax, (attack, ds, proto) in zip(axes, panels):
+        sub = att[(att["attack"] == attack) & (att["dataset"] == ds) & (att["protocol"] == proto)]
+        clean = df[(df["attack"] == "clean") & (df["dataset"] == ds) & (df["protocol"] == proto)]
+        linf = norm_of(sub, attack) == "linf"
+        scale = 255.0 if linf else 1.0
+        for m in order:
+            s = sub[sub["label"] == m].sort_values("eps_key")
+            if s.empty:
+                continue
+            c = clean[clean["label"] == m]
+            x = list(s["eps"] * scale)
+            y, lo, hi = list(s["value"]), list(s["ci_low"]), list(s["ci_high"])
+            if len(c):
+                x, y = [0.0] + x, [float(c["value"].iloc[0])] + y
+                lo, hi = [float(c["ci_low"].iloc[0])] + lo, [float(c["ci_high"].iloc[0])] + hi
+            ax.plot(x, y, marker="o", ms=3.5, color=colors[m], label=m)
+            lo_a, hi_a = np.asarray(lo, float), np.asarray(hi, float)
+            if np.isfinite(lo_a).all() and np.isfinite(hi_a).all():
+                ax.fill_between(x, lo_a, hi_a, color=colors[m], alpha=0.15, linewidth=0)
+        title = str(sub["attack_label"].iloc[0])
+        extra = [ds] if many_ds else []
+        extra += [proto] if many_proto else []
+        ax.set_title(title + (f" ({', '.join(extra)})" if extra else ""))
+        ax.set_xlabel("eps (x/255)" if linf else "eps")
+        ax.set_ylabel(f"{'top-1' if metric == 'top1' else 'top-5'} accuracy (%)")
+        ax.set_ylim(-2, 102)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    for ax in axes[len(panels):]:
+        ax.set_visible(False)
+    fig.suptitle("Accuracy against perturbation size (shaded: 95% Wilson interval)", fontsize=10)
+    return fig
+
+
+def plot_corruption_errors(data: Any, models: Optional[Sequence[str]] = None, dataset: Optional[str] = None,
+                           ce_baseline: Optional[str] = None):
+    """Per-corruption CE bars (``ce_<corruption>`` rows), one bar per model; without a CE baseline
+    (non-ImageNet data and no baseline model) the per-corruption top-1 error (``err_``) instead;
+    ``None`` without corruption rows."""
+    df = as_inputs(data, ce_baseline=ce_baseline).results
+    metric = df["metric"].astype(str)
+    prefix = "ce_" if metric.str.startswith("ce_").any() else "err_"
+    df = df[metric.str.startswith(prefix)]
+    if dataset is not None:
+        df = df[df["dataset"] == dataset]
+    if models:
+        df = df[df["label"].isin(models)]
+    if df.empty:
+        return None
+    df = df.assign(corruption=df["metric"].str[len(prefix):])
+    groups = sorted({(d, p) for d, p in zip(df["dataset"], df["protocol"])})
+    order = list(models) if models else sorted(df["label"].unique())
+    fig = _figure(max(6.0, 0.55 * df["corruption"].nunique() * max(1, len(order)) / 1.5), 3.4 * len(groups))
+    axes = fig.subplots(len(groups), 1, squeeze=False).ravel()
+    for ax, (ds, proto) in zip(axes, groups):
+        sub = df[(df["dataset"] == ds) & (df["protocol"] == proto)]
+        corr = list(dict.fromkeys(sub["corruption"]))
+        width = 0.8 / max(1, len(order))
+        x = np.arange(len(corr))
+        for i, m in enumerate(order):
+            s = sub[sub["label"] == m].set_index("corruption").reindex(corr)
+            ax.bar(x + (i - (len(order) - 1) / 2) * width, s["value"].to_numpy(float), width, label=m,
+                   color=f"C{i % 10}")
+        ax.set_xticks(x)
+        ax.set_xticklabels(corr, rotation=45, ha="right", fontsize=8)
+        ax.set_ylabel("CE (%)" if prefix == "ce_" else "top-1 error (%), mean over severities")
+        ax.set_title(f"{'Corruption error (CE)' if prefix == 'ce_' else 'Top-1 error'} per corruption ({ds}, {proto})")
+        ax.grid(axis="y", alpha=0.3)
+        ax.legend(fontsize=8)
+    return fig
+
+
+def plot_rank_collapse(data: Any, path: Union[str, Path] = "rank_collapse.png") -> Optional[Path]:
+    """Rank-collapse curves (PNG) when the results hold ``token_cosine`` rows; ``None`` otherwise."""
+    out, _ = write_rank_collapse(data, path)
+    return out
+
+
+def write_rank_collapse(data: Any, path: Union[str, Path]) -> Tuple[Optional[Path], str]:
+    """(the PNG written, '') or (None, why not)."""
+    res = as_inputs(data).rows
+    rows = res[res["metric"].astype(str) == "token_cosine"]
+    if rows.empty:
+        return None, "no token_cosine rows in these results (evaluate --benchmark rank-collapse)"
+    return draw_rank_collapse(rows, path), ""
+
+
+def _series_label(keys: tuple, cols: Sequence[str]) -> str:
+    parts = [str(v) for c, v in zip(cols, keys) if c != "checkpoint_sha256" and str(v) not in ("", "nan", "None")]
+    sha = dict(zip(cols, keys)).get("checkpoint_sha256")
+    if sha and str(sha) not in ("nan", "None"):
+        parts.append(f"[{str(sha)[:8]}]")
+    return " ".join(parts)
+
+
+def draw_rank_collapse(df: Any, path: Union[str, Path], title: Optional[str] = None) -> Path:
+    """Token cosine similarity against depth, one line (with its 95% band) per model, one PNG."""
+    from matplotlib.ticker import MaxNLocator
+
+    if "metric" in df.columns:
+        df = df[df["metric"] == "token_cosine"]
+    if df.empty or "layer" not in df.columns:
+        raise UserError("no token_cosine rows to plot (run `evaluate --benchmark rank-collapse` first)")
+    cols = [c for c in ("model", "dataset", "checkpoint_sha256") if c in df.columns]
+    groups = list(df.groupby(cols, sort=False, dropna=False)) if cols else [((), df)]
+    multi_ds = "dataset" in df.columns and df["dataset"].nunique() > 1
+    label_cols = [c for c in cols if c != "dataset" or multi_ds]
+    fig = _figure(6.4, 4.2, dpi=120)
+    ax = fig.add_subplot()
+    for keys, g in groups:
+        keys = keys if isinstance(keys, tuple) else (keys,)
+        g = g.sort_values("layer")
+        lab = _series_label(tuple(v for c, v in zip(cols, keys) if c in label_cols), label_cols) or "model"
+        ax.plot(g["layer"], g["value"], marker="o", ms=3.5, label=lab)
+        if {"ci_low", "ci_high"} <= set(g.columns) and g["ci_low"].notna().all():
+            ax.fill_between(g["layer"], g["ci_low"], g["ci_high"], alpha=0.2)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_xlabel("layer (0 = patch + position embeddings)")
+    ax.set_ylabel("average pairwise token cosine similarity")
+    ax.set_title(title or "Token similarity against depth (rank collapse)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, format="png")
+    return path
+
+
+PLOTS: Dict[str, Callable[[Any], Any]] = {
+    "eps_curves_top1": lambda d: plot_eps_curves(d, "top1"),
+    "eps_curves_top5": lambda d: plot_eps_curves(d, "top5"),
+    "corruption_errors": plot_corruption_errors,
+}
+SKIP_REASONS = {"eps_curves_top1": "no attack rows", "eps_curves_top5": "no attack rows",
+                "corruption_errors": "no per-corruption rows (evaluate --benchmark corruptions)"}
+
+
+def figures(data: Any, ce_baseline: Optional[str] = None) -> Tuple[Dict[str, Any], List[str]]:
+    """Every matplotlib figure the results allow, by name, and a note for each one skipped."""
+    inp = as_inputs(data, ce_baseline=ce_baseline)
+    out: Dict[str, Any] = {}
+    notes: List[str] = []
+    for name, fn in PLOTS.items():
+        fig = fn(inp)
+        if fig is None:
+            notes.append(f"{name}: skipped ({SKIP_REASONS[name]})")
+        else:
+            out[name] = fig
+    return out, notes
+
+
+def save_figure(fig: Any, out_dir: Union[str, Path], name: str, formats: Sequence[str] = FORMATS) -> List[Path]:
+    d = Path(out_dir)
+    d.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for fmt in formats:
+        p = d / f"{name}.{fmt}"
+        fig.savefig(p, format=fmt, **({"metadata": {"Date": None}} if fmt == "svg" else {}))
+        paths.append(p)
+    return paths
+
+
+def figure_bytes(fig: Any, fmt: str = "svg") -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format=fmt, **({"metadata": {"Date": None}} if fmt == "svg" else {}))
+    return buf.getvalue()
+
+
+def write_plots(data: Any, out_dir: Union[str, Path], formats: Sequence[str] = FORMATS,
+                ce_baseline: Optional[str] = None) -> Tuple[List[Path], List[str]]:
+    """Writes every available plot as PNG and SVG; returns the files and the skip notes."""
+    inp = as_inputs(data, ce_baseline=ce_baseline)
+    figs, notes = figures(inp)
+    paths: List[Path] = []
+    for name, fig in figs.items():
+        paths += save_figure(fig, out_dir, name, formats)
+    rc, why = write_rank_collapse(inp, Path(out_dir) / "rank_collapse.png")
+    if rc is None:
+        notes.append(f"rank_collapse: skipped ({why})")
+    else:
+        paths.append(rc)
+        if "svg" in formats:
+            notes.append("rank_collapse: PNG only (drawn by robustbench_pid.analysis)")
+    return paths, notes

@@ -1,0 +1,146 @@
+"""Rendering tables for people: string cells with their notes, as Markdown, LaTeX, CSV or HTML.
+
+Markdown/LaTeX/CSV are written here (a few lines) rather than through pandas' ``to_markdown``
+(needs ``tabulate``) or ``to_latex`` (needs ``jinja2``): exact, dependency-free text that the
+tests compare verbatim.
+"""
+from __future__ import annotations
+
+import html
+from dataclasses import dataclass, field
+from typing import Any, List, Optional, Sequence
+
+import pandas as pd
+
+from ..errors import UserError
+
+FORMATS = ("markdown", "latex", "csv")
+MISSING = "-"
+
+
+# ----------------------------------------------------------------------------------------------
+# cell formatting
+def fmt_value(v: float, lo: float = float("nan"), hi: float = float("nan")) -> str:
+    if v is None or pd.isna(v):
+        return MISSING
+    if lo is None or hi is None or pd.isna(lo) or pd.isna(hi):
+        return f"{v:.2f}"
+    return f"{v:.2f} [{lo:.1f}, {hi:.1f}]"
+
+
+def fmt_delta(d: Optional[float]) -> str:
+    return MISSING if d is None or pd.isna(d) else f"{d:+.2f}"
+
+
+def fmt_p(p: Optional[float], alpha: float = 0.05, floor: float = 0.0) -> str:
+    """``floor``: the resolution of a bootstrap p-value (1/resamples): at the floor it reads "≤floor"."""
+    if p is None or pd.isna(p):
+        return "n/a"
+    if floor and p <= floor:
+        s = f"≤{floor:.3g}"
+    else:
+        s = "<0.001" if p < 0.001 else f"{p:.3f}"
+    return s + (" *" if p < alpha else "")
+
+
+
+@dataclass
+class Table:
+    """A rendered table: string cells plus the notes that explain them."""
+
+    frame: pd.DataFrame
+    title: str = ""
+    notes: List[str] = field(default_factory=list)
+
+    def to_markdown(self) -> str:
+        return render_markdown([self])
+
+    def to_latex(self) -> str:
+        return render_latex([self])
+
+    def to_csv(self) -> str:
+        return render_csv([self])
+
+    def __str__(self) -> str:
+        return self.to_markdown()
+
+    def _repr_markdown_(self) -> str:
+        return self.to_markdown()
+
+    def _repr_html_(self) -> str:
+        return render_html([self])
+
+
+def _md_escape(s: str) -> str:
+    return str(s).replace("|", "\\|")
+
+
+def render_markdown(tables: Sequence[Table]) -> str:
+    parts: List[str] = []
+    for t in tables:
+        lines: List[str] = []
+        if t.title:
+            lines += [f"### {t.title}", ""]
+        cols = list(t.frame.columns)
+        lines.append("| " + " | ".join(_md_escape(c) for c in cols) + " |")
+        lines.append("|" + "|".join("---" for _ in cols) + "|")
+        for _, r in t.frame.iterrows():
+            lines.append("| " + " | ".join(_md_escape(r[c]) for c in cols) + " |")
+        if t.notes:
+            lines += ["", "Notes:"] + [f"- {n}" for n in t.notes]
+        parts.append("\n".join(lines))
+    return "\n\n".join(parts) + "\n"
+
+
+_LATEX_SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
+                  "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}"}
+
+
+def _tex(s: Any) -> str:
+    out = "".join(_LATEX_SPECIAL.get(ch, ch) for ch in str(s))
+    return (out.replace("↓", r"$\downarrow$").replace("≤", r"$\leq$").replace("Δ", r"$\Delta$").replace("−", "-")
+            .replace("<0.001", r"$<$0.001"))
+
+
+def render_latex(tables: Sequence[Table]) -> str:
+    parts: List[str] = []
+    for t in tables:
+        cols = list(t.frame.columns)
+        lines = [f"% {t.title}" if t.title else "%", r"\begin{tabular}{" + "l" * 2 + "r" * (len(cols) - 2) + "}",
+                 r"\hline", " & ".join(_tex(c) for c in cols) + r" \\", r"\hline"]
+        for _, r in t.frame.iterrows():
+            lines.append(" & ".join(_tex(r[c]) for c in cols) + r" \\")
+        lines += [r"\hline", r"\end{tabular}"]
+        lines += [f"% {_tex(n)}" for n in t.notes]
+        parts.append("\n".join(lines))
+    return "\n\n".join(parts) + "\n"
+
+
+def render_csv(tables: Sequence[Table]) -> str:
+    frames = []
+    for t in tables:
+        f = t.frame.copy()
+        if len(tables) > 1 or t.title:
+            f.insert(0, "table", t.title)
+        frames.append(f)
+    return pd.concat(frames, ignore_index=True).to_csv(index=False)
+
+
+def render_html(tables: Sequence[Table]) -> str:
+    parts = []
+    for t in tables:
+        head = "".join(f"<th>{html.escape(str(c))}</th>" for c in t.frame.columns)
+        body = "".join("<tr>" + "".join(f"<td>{html.escape(str(r[c]))}</td>" for c in t.frame.columns) + "</tr>"
+                       for _, r in t.frame.iterrows())
+        notes = ("<ul class='notes'>" + "".join(f"<li>{html.escape(n)}</li>" for n in t.notes) + "</ul>"
+                 if t.notes else "")
+        title = f"<h3>{html.escape(t.title)}</h3>" if t.title else ""
+        parts.append(f"{title}<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>{notes}")
+    return "\n".join(parts)
+
+
+def render(tables: Sequence[Table], fmt: str = "markdown") -> str:
+    if fmt not in FORMATS:
+        raise UserError(f"unknown format {fmt!r}; valid: {', '.join(FORMATS)}")
+    return {"markdown": render_markdown, "latex": render_latex, "csv": render_csv}[fmt](tables)
+

@@ -1,0 +1,194 @@
+"""Model and data *objects* (not registered names) for ``rbp.evaluate`` / ``rbp.attack``.
+
+A model object is any ``nn.Module`` mapping [0, 1] images to logits (``mean=``/``std=`` wrap a
+normalisation in front, as ``load_model`` does). Its identity is a content hash of its state_dict
+and its class name (recorded as ``checkpoint_sha256``), so resuming needs the same weights, not the
+same Python object, and a run folder never mixes two models. The caller's object is never touched:
+everything here works on a deep copy (device, train/eval mode, ``requires_grad``, compilation).
+
+Data objects (a ``Dataset`` of (image, label), a ``DataLoader``, or tensors ``(x, y)``) are read in
+index order; sample ids are the indices. Their content hash (images as float32, labels) goes into
+the unit keys, so the three forms of the same data give the same run, and other data never reuses
+its records. Hashing reads the data once: for large data sets prefer a registered dataset.
+"""
+from __future__ import annotations
+
+import copy
+import hashlib
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, Dataset, IterableDataset, TensorDataset
+
+from ..errors import UserError
+from ..models.wrapper import Normalized
+
+
+def _class_name(obj: Any) -> str:
+    t = type(obj)
+    return f"{t.__module__}.{t.__qualname__}"
+
+
+def state_sha256(module: nn.Module) -> str:
+    """sha256 of the module's class and every state_dict entry (name, dtype, shape, bytes)."""
+    h = hashlib.sha256(_class_name(module).encode())
+    for name, t in sorted(module.state_dict().items()):
+        t = t.detach().to("cpu").contiguous()
+        h.update(f"\0{name}\0{t.dtype}\0{tuple(t.shape)}\0".encode())
+        h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+    return h.hexdigest()
+
+
+def _uncompiled(obj: nn.Module) -> nn.Module:
+    """The module behind a ``torch.compile`` wrapper (a compiled module keeps its weights there)."""
+    orig = getattr(obj, "_orig_mod", None)
+    return orig if isinstance(orig, nn.Module) else obj
+
+
+def wrap_model(obj: Any, mean: Optional[Sequence[float]] = None, std: Optional[Sequence[float]] = None,
+               name: Optional[str] = None, num_classes: Optional[int] = None) -> Normalized:
+    """A deep copy of ``obj`` as a ``Normalized`` model (eval mode, frozen) with provenance in ``.info``.
+
+    ``num_classes`` and ``input_size`` stay None until :func:`complete_info` sees a sample.
+    """
+    if not isinstance(obj, nn.Module):
+        raise UserError(f"model must be a registered name (str) or a torch.nn.Module, got {type(obj).__name__}")
+    if (mean is None) != (std is None):
+        raise UserError("give both mean= and std= (the normalisation to wrap in front of the model), or neither")
+    src = _uncompiled(obj)
+    if isinstance(src, Normalized) and mean is None:
+        model = copy.deepcopy(src)  # already takes [0, 1] pixels and knows its normalisation
+        old = dict(getattr(src, "info", {}) or {})
+        mean_l, std_l = model.mean.flatten().tolist(), model.std.flatten().tolist()
+        arch = old.get("arch") or _class_name(src.net)
+    else:
+        net = copy.deepcopy(src)
+        c = 3 if mean is None else len(mean)
+        mean_l = [0.0] * c if mean is None else [float(v) for v in mean]
+        std_l = [1.0] * c if std is None else [float(v) for v in std]
+        if len(std_l) != len(mean_l) or any(s <= 0 for s in std_l):
+            raise UserError(f"mean= and std= need one value per channel and std > 0; got mean={mean} std={std}")
+        model = Normalized(net, mean_l, std_l)
+        old, arch = {}, _class_name(src)
+    model.eval()
+    for p in model.parameters():
+        p.requires_grad_(False)
+    # a timm network knows its evaluation size and resize (used by registered datasets' transforms;
+    # its normalisation is not guessed: that is mean=/std=)
+    cfg = dict(getattr(model.net, "pretrained_cfg", None) or {})
+    model.info = {
+        "model": name or (old.get("model") if old else None) or type(src).__name__,
+        "arch": arch, "arch_kwargs": dict(old.get("arch_kwargs", {})),
+        "num_classes": num_classes if num_classes is not None else old.get("num_classes"),
+        "mean": mean_l, "std": std_l, "input_size": old.get("input_size") or _list(cfg.get("input_size")),
+        "interpolation": old.get("interpolation") or cfg.get("interpolation"),
+        "crop_pct": old.get("crop_pct") or cfg.get("crop_pct"),
+        # the weights as they are now (a loaded model may have been fine-tuned since)
+        "checkpoint": f"object:{_class_name(src)}", "checkpoint_sha256": state_sha256(model),
+        "loaded_from": old.get("checkpoint"), "strict": True, "load_problems": [],
+    }
+    return model
+
+
+def _list(v: Any) -> Optional[List[Any]]:
+    return list(v) if v is not None else None
+
+
+def complete_info(model: Normalized, sample: torch.Tensor, device: torch.device) -> None:
+    """Fill ``input_size`` and (by a forward pass on one sample) ``num_classes``."""
+    info = model.info
+    if info.get("input_size") is None:
+        info["input_size"] = list(sample.shape)
+    if info.get("num_classes") is None:
+        with torch.inference_mode():
+            out = model(sample.unsqueeze(0).to(device).float())
+        if not isinstance(out, torch.Tensor) or out.dim() != 2:
+            raise UserError(f"the model returned {type(out).__name__} {tuple(getattr(out, 'shape', ()))} for one image; "
+                            f"it must return logits of shape (batch, classes)")
+        info["num_classes"] = int(out.shape[1])
+
+
+class ObjectData(Dataset):
+    """A data object as the runner's dataset: items in index order, ids = indices, content hash."""
+
+    def __init__(self, base: Dataset, source: str, name: str, read_batch: int = 64, workers: int = 0) -> None:
+        if isinstance(base, IterableDataset):
+            raise UserError("data= must be indexable (a map-style Dataset, a DataLoader over one, or tensors (x, y)); "
+                            "an IterableDataset has no stable sample ids")
+        try:
+            n = len(base)  # type: ignore[arg-type]
+        except TypeError:
+            raise UserError(f"data= ({type(base).__name__}) has no len(): give a map-style Dataset") from None
+        if n == 0:
+            raise UserError("data= is empty")
+        self.base = base
+        self.sample_ids: List[str] = [str(i) for i in range(n)]
+        hx, hy = hashlib.sha256(), hashlib.sha256()  # images, labels: the same whatever the read batch
+        max_label, shape = -1, None
+        loader = DataLoader(_Items(base), batch_size=max(1, read_batch), shuffle=False, num_workers=workers)
+        for x, y in loader:
+            if shape is None:
+                shape = list(x.shape[1:])
+                lo, hi = float(x.min()), float(x.max())
+                if lo < -1e-6 or hi > 1 + 1e-6:
+                    raise UserError(f"data= images must be float tensors in [0, 1] (got values in [{lo:.3g}, {hi:.3g}]); "
+                                    f"leave normalisation to the model: pass mean=/std= to wrap it")
+            hx.update(x.contiguous().numpy().tobytes())
+            hy.update(y.to(torch.int64).numpy().tobytes())
+            max_label = max(max_label, int(y.max()))
+        self.content_sha256 = hashlib.sha256((hx.hexdigest() + hy.hexdigest()).encode()).hexdigest()
+        self.max_label = max_label
+        self.sample_shape = shape or []
+        self.provenance: Dict[str, Any] = {"dataset": name, "source": source, "n": n, "sample_ids": "index",
+                                           "content_sha256": self.content_sha256, "image_shape": self.sample_shape}
+
+    def __len__(self) -> int:
+        return len(self.sample_ids)
+
+    def __getitem__(self, i: int) -> Tuple[torch.Tensor, int]:
+        return _item(self.base[i], i)
+
+
+class _Items(Dataset):
+    def __init__(self, base: Dataset) -> None:
+        self.base = base
+
+    def __len__(self) -> int:
+        return len(self.base)  # type: ignore[arg-type]
+
+    def __getitem__(self, i: int) -> Tuple[torch.Tensor, int]:
+        return _item(self.base[i], i)
+
+
+def _item(item: Any, i: int) -> Tuple[torch.Tensor, int]:
+    if not (isinstance(item, (tuple, list)) and len(item) >= 2):
+        raise UserError(f"data= item {i} is a {type(item).__name__}; each item must be (image, label)")
+    x, y = item[0], item[1]
+    x = torch.as_tensor(x)
+    if x.dim() != 3 or not x.is_floating_point():
+        raise UserError(f"data= item {i}: the image must be a float tensor C x H x W in [0, 1], "
+                        f"got {x.dtype} of shape {tuple(x.shape)}")
+    return x.float(), int(y)
+
+
+def as_data(data: Any, name: str) -> Tuple[ObjectData, Dict[str, Any]]:
+    """(the runner's dataset, settings taken from the object: ``batch_size``/``workers`` of a DataLoader)."""
+    hints: Dict[str, Any] = {}
+    if isinstance(data, DataLoader):
+        if data.batch_size is not None:
+            hints["batch_size"] = int(data.batch_size)
+        hints["workers"] = int(data.num_workers)
+        # its dataset, in index order: a shuffling sampler would give other ids on every pass
+        return ObjectData(data.dataset, f"DataLoader over {type(data.dataset).__name__}", name,
+                          hints.get("batch_size", 64), data.num_workers), hints
+    if isinstance(data, Dataset):
+        return ObjectData(data, f"Dataset {type(data).__name__}", name), hints
+    if isinstance(data, (tuple, list)) and len(data) == 2 and all(isinstance(t, torch.Tensor) for t in data):
+        x, y = data
+        if x.dim() != 4 or y.dim() != 1 or len(x) != len(y):
+            raise UserError(f"data=(x, y) needs x of shape (N, C, H, W) and y of shape (N,); "
+                            f"got {tuple(x.shape)} and {tuple(y.shape)}")
+        return ObjectData(TensorDataset(x.detach().cpu(), y.detach().cpu()), "tensors", name), hints
+    raise UserError(f"data= must be a torch Dataset of (image, label), a DataLoader, or tensors (x, y); "
+                    f"got {type(data).__name__}")

@@ -1,0 +1,196 @@
+"""Options -> RunSpec: the one place that turns the ``evaluate`` settings into a spec.
+
+The ``evaluate`` command only parses its flags and calls :func:`build_spec` with them as keywords
+(the flag names with underscores); ``rbp.evaluate`` calls it with the caller's keywords. So a shell
+run and a notebook run with the same settings build the same spec, share their run folder and
+give identical records.
+"""
+from __future__ import annotations
+
+import inspect
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
+
+from ..errors import UserError
+from ..specs import AttackSpec, RunSpec
+
+PAPER_EPS_GRID = [f"{i}/255" for i in range(1, 7)]  # PIDformer appendix C.1
+SWEEP_BY_DEFAULT = ("fgsm", "pgd")  # attacks swept over PAPER_EPS_GRID when no eps is given
+
+EpsLike = Union[None, float, str, Sequence[Union[float, str]]]
+KeyValues = Union[None, Mapping[str, Any], Iterable[str]]
+
+
+def _names(x: Union[None, str, Iterable[str]]) -> List[str]:
+    if x is None:
+        return []
+    return [x] if isinstance(x, str) else list(x)
+
+
+def eps_list(eps: EpsLike) -> Optional[List[float]]:
+    """``"1/255,2/255"``, a number, or a list of numbers / ``"a/b"`` strings -> floats (None: not given)."""
+    from ..labels import parse_eps
+
+    if eps is None:
+        return None
+    items = str(eps).split(",") if isinstance(eps, (str, int, float)) else [str(e) for e in eps]
+    out = [parse_eps(t) for t in items if str(t).strip()]
+    if not out:
+        raise UserError("--eps is empty; give values like 1/255,2/255")
+    return out
+
+
+def key_values(items: KeyValues, flag: str, parse_json: bool = True) -> Dict[str, Any]:
+    """A mapping, or KEY=VALUE strings; dashes in keys become underscores. With ``parse_json`` a
+    VALUE is parsed as JSON (numbers, booleans, lists) when it parses and kept as a string
+    otherwise; without it values stay strings (``--param``: each attack coerces its own settings)."""
+    if items is None:
+        return {}
+    if isinstance(items, Mapping):
+        return {str(k).replace("-", "_"): v for k, v in items.items()}
+    out: Dict[str, Any] = {}
+    for kv in items:
+        if "=" not in kv:
+            raise UserError(f"{flag} {kv!r}: expected KEY=VALUE")
+        k, v = (t.strip() for t in kv.split("=", 1))
+        try:
+            out[k.replace("-", "_")] = json.loads(v) if parse_json else v
+        except json.JSONDecodeError:
+            out[k.replace("-", "_")] = v
+    return out
+
+
+def attack_specs(attack: Union[None, str, Sequence[str]] = None, eps: EpsLike = None, steps: Optional[int] = None,
+                 step_size: Union[None, float, str] = None, params: KeyValues = None,
+                 suite: Optional[str] = None) -> List[AttackSpec]:
+    """The attacks to run: the suite's (with the overrides each attack knows), then each named
+    attack at each eps (fgsm/pgd sweep 1/255..6/255 when no eps is given)."""
+    from ..attacks import get_attack
+    from ..labels import parse_eps
+
+    overrides: Dict[str, Any] = {}
+    if steps is not None:
+        overrides["steps"] = steps
+    if step_size is not None:
+        overrides["step_size"] = parse_eps(str(step_size), what="step size (--step-size)")
+    overrides.update(key_values(params, "--param", parse_json=False))
+    grid_given = eps_list(eps)
+    specs: List[AttackSpec] = []
+    if suite:
+        from .suites import load_suite
+
+        for s in load_suite(suite)["attacks"]:
+            cls = get_attack(s.attack)
+            p = dict(s.params)
+            p.update({k: v for k, v in overrides.items() if k in cls.param_names()})
+            specs.append(AttackSpec(s.attack, cls.from_params(p).params()))
+    for name in _names(attack):
+        cls = get_attack(name)
+        grid = grid_given or ([parse_eps(e) for e in PAPER_EPS_GRID] if name in SWEEP_BY_DEFAULT else [None])
+        for e in grid:
+            p = dict(overrides) if e is None else {**overrides, "eps": e}
+            specs.append(AttackSpec(name, cls.from_params(p).params()))
+    return specs
+
+
+def _dataset_request(dataset: str, split: Optional[str], data_root: Optional[str], imagenet_root: Optional[str],
+                     subset: Optional[int], skip_unreadable: bool) -> Tuple[str, Dict[str, Any]]:
+    """The split and the dataset options the spec records, checked against what the dataset takes."""
+    from ..data import check_request, dataset_info, datasets
+
+    if dataset not in datasets:  # a data object (rbp.evaluate(data=...)) comes with its split
+        if split is None:
+            dataset_info(dataset)  # neither: the unknown name, listing the valid ones
+        given = [k for k, v in (("data_root", data_root), ("imagenet_root", imagenet_root), ("subset", subset),
+                                ("skip_unreadable", skip_unreadable)) if v]
+        if given:
+            raise UserError(f"{', '.join(given)}: options of the registered datasets; a data object is read "
+                            f"as it is (select samples with limit= or by slicing your data)")
+        return str(split), {}
+    if "imagenet_root" in dataset_info(dataset).options():
+        from ..data.imagenet import IMAGENET_ROOT_ENV
+
+        imagenet_root = imagenet_root or os.environ.get(IMAGENET_ROOT_ENV) or None
+    options = {"imagenet_root": str(imagenet_root)} if imagenet_root else {}
+    asked = {**options, **({"subset": subset} if subset is not None else {}),
+             **({"skip_unreadable": True} if skip_unreadable else {})}
+    return check_request(dataset, split, data_root, asked), options
+
+
+def build_spec(model: str, *, attack: Union[None, str, Sequence[str]] = None, eps: EpsLike = None,
+               dataset: str = "digits", checkpoint: Optional[str] = None, allow_pickle: bool = False,
+               non_strict: bool = False, data_root: Optional[str] = None, imagenet_root: Optional[str] = None,
+               split: Optional[str] = None, limit: Optional[int] = None, subset: Optional[int] = None,
+               skip_unreadable: bool = False, benchmark: Optional[str] = None, suite: Optional[str] = None,
+               steps: Optional[int] = None, step_size: Union[None, float, str] = None, param: KeyValues = None,
+               protocol: str = "standard", lambda_p: Optional[float] = None, lambda_i: Optional[float] = None,
+               lambda_d: Optional[float] = None, beta: Optional[float] = None, model_arg: KeyValues = None,
+               bench_opt: KeyValues = None, out: Union[None, str, Path] = None, batch_size: int = 128,
+               chunk_size: int = 512, seed: int = 0, device: str = "auto", precision: str = "fp32",
+               compile: bool = False, workers: int = 0, shard: Optional[str] = None, quiet: bool = False,
+               dry_run: bool = False, calibration: Union[None, str, Sequence[float]] = None) -> RunSpec:
+    """The RunSpec for these settings (keywords = the ``evaluate`` flags with underscores; ``param``,
+    ``model_arg`` and ``bench_opt`` take a mapping or KEY=VALUE strings).
+
+    ``split=None``: the dataset's default split. ``imagenet_root=None``: ``$ROBUSTBENCH_PID_IMAGENET_ROOT``
+    for the datasets that read an ImageNet root (imagenet-o, imagenet-c), so the root in use is
+    always in the spec and in the run folder's hash. For a registered dataset, a split it lacks,
+    a needless ``data_root`` and options it does not take are refused here, before any work.
+    A data object (``rbp.evaluate(data=...)``) has no registered name; its caller gives the split.
+    ``calibration``: "FWD,FB" images/s (or a pair) that price a ``dry_run`` plan for another device."""
+    from ..data import dataset_info
+
+    rates = parse_calibration(calibration)
+    if rates is not None and not dry_run:
+        raise UserError("--calibration prices the plan of a --dry-run; add --dry-run (a real run measures "
+                        "its own speed)")
+
+    specs = attack_specs(attack, eps, steps, step_size, param, suite)
+    if benchmark is None:
+        benchmark = dataset_info(dataset).default_benchmark
+    if benchmark == "adversarial" and not specs and (eps is not None or steps is not None or param):
+        raise UserError("--eps/--steps/--param need --attack NAME or --suite NAME")
+    gains = {"lambda_p": lambda_p, "lambda_i": lambda_i, "lambda_d": lambda_d, "beta": beta}
+    arch_kwargs = {k: v for k, v in gains.items() if v is not None}
+    arch_kwargs.update(key_values(model_arg, "--model-arg"))
+    bench_opts = key_values(bench_opt, "--bench-opt")
+    options: Dict[str, Any] = {benchmark.replace("-", "_"): bench_opts} if bench_opts else {}
+    split, dataset_options = _dataset_request(dataset, split, data_root, imagenet_root, subset, skip_unreadable)
+    if dataset_options:
+        options["dataset"] = dataset_options
+    return RunSpec(
+        model=model, checkpoint=checkpoint, dataset=dataset, split=split, data_root=data_root, protocol=protocol,
+        attacks=specs, benchmark=benchmark, benchmark_options=options, suite=suite, limit=limit, subset=subset,
+        skip_unreadable=skip_unreadable, dry_run=dry_run, calibration=rates, batch_size=batch_size, chunk_size=chunk_size,
+        seed=seed, device=device, precision=precision, compile=compile, num_workers=workers,
+        out=Path(out) if out is not None else None, allow_pickle=allow_pickle, strict=not non_strict,
+        shard=shard, quiet=quiet, arch_kwargs=arch_kwargs,
+    )
+
+
+def parse_calibration(value: Union[None, str, Sequence[float]]) -> Optional[Tuple[float, float]]:
+    """"FWD,FB" (or a pair): forward and forward+backward-to-input images/s, both > 0."""
+    if value is None:
+        return None
+    parts = value.split(",") if isinstance(value, str) else list(value)
+    try:
+        rates = tuple(float(p) for p in parts)
+    except (TypeError, ValueError):
+        rates = ()
+    if len(rates) != 2 or not all(math.isfinite(r) and r > 0 for r in rates):
+        raise UserError(f"--calibration {value!r}: expected FWD,FB, the forward and forward+backward images/s "
+                        f"of the device to price the plan for, two positive numbers, e.g. 7900,3900")
+    return rates[0], rates[1]
+
+
+def option_names() -> List[str]:
+    """Every keyword :func:`build_spec` takes (what ``rbp.evaluate`` accepts besides its own)."""
+    return [p for p in inspect.signature(build_spec).parameters]
+
+
+def option_defaults() -> Dict[str, Any]:
+    return {k: p.default for k, p in inspect.signature(build_spec).parameters.items()
+            if p.default is not inspect.Parameter.empty}
