@@ -12,11 +12,19 @@ block's attention output with learned per-channel scales before the residual add
 so a FeatScale checkpoint loads as it is; every other key is timm's ``VisionTransformer``'s (DeiT).
 With zero scales a FeatScale model equals its base model. PID DeiT + FeatScale puts the same scales
 on PID DeiT's blocks (the PID terms are inside ``attn``, so FeatScale sees the controlled output).
+
+``featscale_add`` (an architecture argument, recorded in ``arch_kwargs['featscale']``): ``"once"``
+(default) is the formula above, as in the paper, the authors' first DeiT version and their CaiT/Swin
+blocks; ``"twice"`` is the authors' current DeiT block (``featscale.py`` after their April 2022
+"bugfix to featscale" commit), which adds the scaled parts a second time in the residual:
+``x + (a + 2 * (lamb1 * a_DC + lamb2 * a_HF))``. The weights are the same either way; a checkpoint
+trained with that code needs ``featscale_add="twice"`` to give the logits it was trained to give.
 """
 from __future__ import annotations
 
 from functools import partial
-from typing import Any, Optional
+from dataclasses import dataclass
+from typing import Any, Dict, Optional
 
 import torch
 from timm.models import generate_default_cfgs, register_model
@@ -27,13 +35,36 @@ from torch import nn
 from .configs import DIGITS_CFG, IMAGENET_CFG
 from .pid_vit import DIGITS_ARCH, PidBlock, PidState, PidVisionTransformer, gains_from_kwargs
 
-__all__ = ["feat_scale", "FeatScaleBlock", "PidFeatScaleBlock", "checkpoint_filter_fn"]
+__all__ = ["feat_scale", "FeatScaleBlock", "PidFeatScaleBlock", "FeatScaleSettings", "FEATSCALE_ADD",
+           "checkpoint_filter_fn"]
+
+FEATSCALE_ADD = ("once", "twice")
 
 
-def feat_scale(a: torch.Tensor, lamb1: torch.Tensor, lamb2: torch.Tensor) -> torch.Tensor:
-    """``a + lamb1 * DC(a) + lamb2 * HF(a)`` for tokens ``a`` (B, N, C); DC is the mean over tokens."""
+@dataclass(frozen=True)
+class FeatScaleSettings:
+    """How the scaled parts enter the residual; kept on the model for provenance (``arch_kwargs``)."""
+
+    featscale_add: str = "once"
+
+    def __post_init__(self) -> None:
+        if self.featscale_add not in FEATSCALE_ADD:
+            valid = ", ".join(map(repr, FEATSCALE_ADD))
+            raise ValueError(f"featscale_add must be one of {valid}, got {self.featscale_add!r}")
+
+    def as_dict(self) -> Dict[str, Any]:
+        return {"featscale_add": self.featscale_add}
+
+
+def feat_scale(a: torch.Tensor, lamb1: torch.Tensor, lamb2: torch.Tensor, add: str = "once") -> torch.Tensor:
+    """``a + lamb1 * DC(a) + lamb2 * HF(a)`` for tokens ``a`` (B, N, C); DC is the mean over tokens.
+
+    ``add="twice"`` adds ``lamb1 * DC(a) + lamb2 * HF(a)`` once more, in the order the authors' current
+    DeiT block sums it (see the module docstring)."""
     dc = a.mean(dim=-2, keepdim=True)
-    return a + lamb1 * dc + lamb2 * (a - dc)
+    d, h = lamb1 * dc, lamb2 * (a - dc)
+    out = a + d + h
+    return out + d + h if add == "twice" else out
 
 
 def _add_scales(block: nn.Module, dim: int) -> None:
@@ -44,12 +75,14 @@ def _add_scales(block: nn.Module, dim: int) -> None:
 class FeatScaleBlock(Block):
     """timm ``Block`` with FeatScale on the attention output."""
 
+    featscale_add = "once"  # set per model by the factories (``featscale_add=``)
+
     def __init__(self, dim: int, *args: Any, **kwargs: Any) -> None:
         super().__init__(dim, *args, **kwargs)
         _add_scales(self, dim)
 
     def forward(self, x: torch.Tensor, attn_mask: Optional[torch.Tensor] = None, **_: Any) -> torch.Tensor:  # type: ignore[override]
-        a = feat_scale(self.attn(self.norm1(x), attn_mask=attn_mask), self.lamb1, self.lamb2)
+        a = feat_scale(self.attn(self.norm1(x), attn_mask=attn_mask), self.lamb1, self.lamb2, self.featscale_add)
         x = x + self.drop_path1(self.ls1(a))
         return x + self.drop_path2(self.ls2(self.mlp(self.norm2(x))))
 
@@ -57,12 +90,14 @@ class FeatScaleBlock(Block):
 class PidFeatScaleBlock(PidBlock):
     """PID DeiT's block with FeatScale on the (PID-controlled) attention output."""
 
+    featscale_add = "once"
+
     def __init__(self, dim: int, *args: Any, **kwargs: Any) -> None:
         super().__init__(dim, *args, **kwargs)
         _add_scales(self, dim)
 
     def forward(self, x: torch.Tensor, state: Optional[PidState] = None, **_: Any) -> torch.Tensor:  # type: ignore[override]
-        a = feat_scale(self.attn(self.norm1(x), state=state), self.lamb1, self.lamb2)
+        a = feat_scale(self.attn(self.norm1(x), state=state), self.lamb1, self.lamb2, self.featscale_add)
         x = x + self.drop_path1(self.ls1(a))
         return x + self.drop_path2(self.ls2(self.mlp(self.norm2(x))))
 
@@ -73,13 +108,25 @@ def _build(cls: type, variant: str, pretrained: bool, **kwargs: Any) -> VisionTr
                                 feature_cfg=dict(out_indices=3, feature_cls="getter"), **kwargs)
 
 
-def _create_deit(variant: str, pretrained: bool = False, **kwargs: Any) -> VisionTransformer:
-    return _build(VisionTransformer, variant, pretrained, block_fn=FeatScaleBlock, **kwargs)
+def _set_add(net: VisionTransformer, add: str) -> VisionTransformer:
+    net.featscale = FeatScaleSettings(add)  # validates; recorded by zoo.robustness_settings
+    for blk in net.blocks:
+        blk.featscale_add = add
+    return net
 
 
-def _create_pid(variant: str, pretrained: bool = False, **kwargs: Any) -> PidVisionTransformer:
+def _create_deit(variant: str, pretrained: bool = False, featscale_add: str = "once",
+                 **kwargs: Any) -> VisionTransformer:
+    FeatScaleSettings(featscale_add)  # a bad value fails before the build
+    return _set_add(_build(VisionTransformer, variant, pretrained, block_fn=FeatScaleBlock, **kwargs), featscale_add)
+
+
+def _create_pid(variant: str, pretrained: bool = False, featscale_add: str = "once",
+                **kwargs: Any) -> PidVisionTransformer:
+    FeatScaleSettings(featscale_add)
     gains = kwargs.pop("gains", None) or gains_from_kwargs(kwargs)
-    return _build(PidVisionTransformer, variant, pretrained, gains=gains, block_fn=PidFeatScaleBlock, **kwargs)
+    net = _build(PidVisionTransformer, variant, pretrained, gains=gains, block_fn=PidFeatScaleBlock, **kwargs)
+    return _set_add(net, featscale_add)
 
 
 _TINY = dict(patch_size=16, embed_dim=192, depth=12, num_heads=3)  # DeiT-tiny, as in Table 6
@@ -115,6 +162,10 @@ def pid_featscale_deit_digits_patch4_32(pretrained: bool = False, **kwargs: Any)
     """PID DeiT + FeatScale at the digits size (same trunk as ``pid_deit_digits_patch4_32``)."""
     return _create_pid("pid_featscale_deit_digits_patch4_32", pretrained, **dict(DIGITS_ARCH, **kwargs))
 
+
+for _fn in (featscale_deit_tiny_patch16_224, pid_featscale_deit_tiny_patch16_224, featscale_deit_digits_patch4_32,
+            pid_featscale_deit_digits_patch4_32):
+    _fn.factory_kwargs = ("featscale_add",)  # type: ignore[attr-defined]  (read by zoo.check_arch_kwargs)
 
 from .zoo import ModelEntry, zoo  # noqa: E402  (after the timm registrations above)
 

@@ -129,6 +129,7 @@ def check_arch_kwargs(res: "ResolvedModel", kwargs: Dict[str, Any], num_classes:
     except Exception:  # noqa: BLE001 - the real build reports (and wraps) whatever this one hit
         return
     accepted = _init_params(cls) | set(getattr(cls, "factory_kwargs", ())) | set(_BUILDER_KWARGS)
+    accepted |= set(getattr(timm.models.model_entrypoint(res.arch), "factory_kwargs", ()))  # e.g. featscale_add
     unknown = [k for k in kwargs if k not in accepted]
     if not unknown:
         return
@@ -145,7 +146,7 @@ def check_arch_kwargs(res: "ResolvedModel", kwargs: Dict[str, Any], num_classes:
 def robustness_settings(net: torch.nn.Module) -> Dict[str, Any]:
     """The attention-modification settings a model carries (PID gains, PAP), for provenance."""
     out: Dict[str, Any] = {}
-    for attr, key in (("gains", "pid"), ("rpc", "rpc")):
+    for attr, key in (("gains", "pid"), ("rpc", "rpc"), ("featscale", "featscale")):
         cfg = getattr(net, attr, None)
         if cfg is not None and hasattr(cfg, "as_dict"):
             out[key] = cfg.as_dict()
