@@ -40,6 +40,7 @@ class AttackSpec:
 class RunSpec:
     model: str
     checkpoint: Optional[str] = None
+    checkpoint_dir: Optional[str] = None  # where registry names are looked for first (released.py)
     dataset: str = "digits"
     split: str = "test"
     data_root: Optional[str] = None

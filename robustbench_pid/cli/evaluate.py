@@ -17,7 +17,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--model", required=True, help="deit, pid_deit, timm:NAME or a registered timm name")
     g.add_argument("--checkpoint", help="embedded:NAME, a local .pth/.pt/.bin/.safetensors file (FILE#KEY picks an "
                                         "entry such as state_dict_ema), timm:NAME[.TAG] pretrained weights, or a "
-                                        "plugin scheme")
+                                        "plugin scheme, or a released checkpoint's registry name (`robustbench-pid "
+                                        "fetch --list`)")
+    g.add_argument("--checkpoint-dir", help="folder searched first for a registry name's file (then checkpoints/ and "
+                                            "the user cache dir; recorded in the spec)")
     g.add_argument("--allow-pickle", action="store_true",
                    help="allow full unpickling of .pth checkpoints (can run code hidden in the file: trusted files only)")
     g.add_argument("--non-strict", action="store_true", help="load a checkpoint that does not fully fit (recorded)")

@@ -39,6 +39,8 @@ class Loaded:
     source: str  # the loader scheme
     wrapper: str = ""  # the key the state dict was found under ('' for a plain state dict)
     notes: Tuple[str, ...] = field(default_factory=tuple)
+    registry_name: str = ""  # the name in checkpoints/registry.toml ('' for any other source)
+    published_hash: str = ""  # its published sha256 or hash prefix ('' when none)
 
 
 # scheme -> function(name, *, allow_pickle) -> Loaded
@@ -94,12 +96,20 @@ def _split_spec(spec: str) -> Tuple[Optional[str], str]:
     return scheme, name
 
 
-def read_checkpoint(spec: str, *, allow_pickle: bool = False) -> Loaded:
-    """Resolve a checkpoint spec to a state dict (unwrapped from training checkpoints)."""
+def read_checkpoint(spec: str, *, allow_pickle: bool = False, checkpoint_dir: Optional[str] = None) -> Loaded:
+    """Resolve a checkpoint spec to a state dict (unwrapped from training checkpoints).
+
+    Order: an existing local path; ``SCHEME:NAME``; a bare name of the released-checkpoint registry
+    (looked for in ``checkpoint_dir``, the checkpoints folder, the user cache dir); else a file path."""
     _discover()
     if Path(spec).expanduser().exists():
         return _as_loaded(loaders.get("file")(spec, allow_pickle=allow_pickle), spec, "file")
     scheme, name = _split_spec(spec)
+    if scheme is None or scheme == "released":
+        from ..released import release_names
+
+        if scheme == "released" or spec in release_names():
+            return loaders.get("released")(name, allow_pickle=allow_pickle, checkpoint_dir=checkpoint_dir)
     if scheme is None:
         return _as_loaded(loaders.get("file")(spec, allow_pickle=allow_pickle), spec, "file")
     if scheme not in loaders:
@@ -126,7 +136,8 @@ def _as_loaded(obj: Any, spec: str, scheme: str) -> Loaded:
     raise CheckpointError(f"checkpoint loader {scheme!r} returned {type(obj).__name__}, not a state dict")
 
 
-def load_weights(net: torch.nn.Module, spec: str, *, allow_pickle: bool = False, strict: bool = True) -> Dict[str, Any]:
+def load_weights(net: torch.nn.Module, spec: str, *, allow_pickle: bool = False, strict: bool = True,
+                 checkpoint_dir: Optional[str] = None) -> Dict[str, Any]:
     """Load ``spec`` into ``net``; returns provenance (checkpoint, sha256, strictness, problems).
 
     Strict (the default) refuses any missing, unexpected or wrongly shaped key and names them all;
@@ -134,7 +145,7 @@ def load_weights(net: torch.nn.Module, spec: str, *, allow_pickle: bool = False,
     """
     from .adapt import adapt_state_dict, check_fit
 
-    loaded = read_checkpoint(spec, allow_pickle=allow_pickle)
+    loaded = read_checkpoint(spec, allow_pickle=allow_pickle, checkpoint_dir=checkpoint_dir)
     sd, adaptations = adapt_state_dict(loaded.state_dict, net)
     problems = check_fit(net, sd)
     if problems and strict:
@@ -148,6 +159,8 @@ def load_weights(net: torch.nn.Module, spec: str, *, allow_pickle: bool = False,
     return {
         "checkpoint": loaded.path or spec,
         "checkpoint_sha256": loaded.sha256,
+        "checkpoint_name": loaded.registry_name,
+        "checkpoint_published_hash": loaded.published_hash,
         "checkpoint_source": loaded.source,
         "checkpoint_format": loaded.wrapper or "state_dict",
         "checkpoint_adaptations": list(loaded.notes) + adaptations,

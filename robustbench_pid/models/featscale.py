@@ -82,7 +82,8 @@ class FeatScaleBlock(Block):
         _add_scales(self, dim)
 
     def forward(self, x: torch.Tensor, attn_mask: Optional[torch.Tensor] = None, **_: Any) -> torch.Tensor:  # type: ignore[override]
-        a = feat_scale(self.attn(self.norm1(x), attn_mask=attn_mask), self.lamb1, self.lamb2, self.featscale_add)
+        a = self.attn(self.norm1(x), attn_mask=attn_mask)
+        a = feat_scale(a, self.lamb1, self.lamb2, self.featscale_add)
         x = x + self.drop_path1(self.ls1(a))
         return x + self.drop_path2(self.ls2(self.mlp(self.norm2(x))))
 
@@ -97,7 +98,8 @@ class PidFeatScaleBlock(PidBlock):
         _add_scales(self, dim)
 
     def forward(self, x: torch.Tensor, state: Optional[PidState] = None, **_: Any) -> torch.Tensor:  # type: ignore[override]
-        a = feat_scale(self.attn(self.norm1(x), state=state), self.lamb1, self.lamb2, self.featscale_add)
+        a = self.attn(self.norm1(x), state=state)
+        a = feat_scale(a, self.lamb1, self.lamb2, self.featscale_add)
         x = x + self.drop_path1(self.ls1(a))
         return x + self.drop_path2(self.ls2(self.mlp(self.norm2(x))))
 

@@ -160,6 +160,7 @@ def load_model(
     *,
     allow_pickle: bool = False,
     strict: bool = True,
+    checkpoint_dir: Optional[str] = None,
     **arch_kwargs: Any,
 ) -> Normalized:
     """Return the model in eval mode, taking [0, 1] images, with provenance in ``.info``."""
@@ -178,9 +179,11 @@ def load_model(
         raise UserError(f"model {res.alias!r} ({res.arch}): bad architecture argument(s) "
                         f"{', '.join(f'{k}={v!r}' for k, v in arch_kwargs.items())}: {exc}. Fix the --model-arg / "
                         f"--lambda-* value(s)") from None
-    ckinfo: Dict[str, Any] = {"checkpoint": None, "checkpoint_sha256": None}
+    ckinfo: Dict[str, Any] = {"checkpoint": None, "checkpoint_sha256": None, "checkpoint_name": "",
+                              "checkpoint_published_hash": ""}
     if res.checkpoint is not None:
-        ckinfo = load_weights(net, res.checkpoint, allow_pickle=allow_pickle, strict=strict)
+        ckinfo = load_weights(net, res.checkpoint, allow_pickle=allow_pickle, strict=strict,
+                              checkpoint_dir=checkpoint_dir)
     cfg = net.pretrained_cfg
     wrapped = Normalized(net, cfg["mean"], cfg["std"])
     wrapped.info = {

@@ -33,7 +33,8 @@ def default_out(spec: RunSpec, identity: Optional[Dict[str, Any]] = None) -> Pat
     what = (Path(spec.suite).stem if spec.suite else
             "-".join(names) if names and spec.benchmark == "adversarial" else spec.benchmark)
     tag = content_hash({**{k: v for k, v in spec.as_dict().items()
-                           if k not in ("out", "quiet", "num_workers", "shard", "dry_run", "calibration")},
+                           if k not in ("out", "quiet", "num_workers", "shard", "dry_run", "calibration",
+                                        "checkpoint_dir")},
                         **({"objects": identity} if identity else {})})[:8]
     safe_model = spec.model.replace(":", "-").replace("/", "-")
     return Path("results") / f"{safe_model}_{spec.dataset}_{what}_{spec.protocol}_{tag}"

@@ -261,7 +261,7 @@ def prepare(spec: RunSpec, model: Optional[torch.nn.Module] = None, data: Any = 
         raise UserError("--batch-size 0 (find automatically) needs a GPU; on CPU give a number, e.g. --batch-size 64")
     if model is None:
         model = load_model(spec.model, spec.checkpoint, spec.dataset, allow_pickle=spec.allow_pickle,
-                           strict=spec.strict, **spec.arch_kwargs)
+                           strict=spec.strict, checkpoint_dir=spec.checkpoint_dir, **spec.arch_kwargs)
     model = model.to(device)  # the runner's own object (loaded here, or a copy of the caller's)
     channels_last = wants_channels_last(model, device)
     if channels_last:
@@ -285,6 +285,8 @@ def prepare(spec: RunSpec, model: Optional[torch.nn.Module] = None, data: Any = 
         raise UserError(f"dataset {spec.dataset!r} ({spec.split}) is empty")
     ids = {
         "model": spec.model, "arch": model.info["arch"], "checkpoint_sha256": model.info.get("checkpoint_sha256"),
+        "checkpoint_name": model.info.get("checkpoint_name") or "",
+        "checkpoint_published_hash": model.info.get("checkpoint_published_hash") or "",
         "dataset": spec.dataset, "split": spec.split, "protocol": spec.protocol,
     }
     batch_size = spec.batch_size

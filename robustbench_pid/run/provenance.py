@@ -62,7 +62,9 @@ def run_provenance(ctx: Context, spec: RunSpec, out: Path, units: List[Unit]) ->
     return {
         "run_id": out.name, "spec": spec_d, "model": spec.model, "arch": m["arch"],
         "arch_kwargs": m["arch_kwargs"], "checkpoint": m.get("checkpoint"),
-        "checkpoint_sha256": m.get("checkpoint_sha256"), "checkpoint_strict": m.get("strict", True),
+        "checkpoint_sha256": m.get("checkpoint_sha256"), "checkpoint_name": m.get("checkpoint_name") or "",
+        "checkpoint_published_hash": m.get("checkpoint_published_hash") or "",
+        "checkpoint_strict": m.get("strict", True),
         "checkpoint_load_problems": m.get("load_problems", []), "model_config": {
             k: m[k] for k in ("mean", "std", "input_size", "interpolation", "crop_pct", "num_classes")},
         "dataset": spec.dataset, "split": spec.split, "data_root": spec.data_root,

@@ -70,7 +70,8 @@ from ..results.run_files import (HOST, check_writable, clean_stale_temps, defaul
                         read_json, run_lock, unit_done, write_json, write_parquet_atomic)
 from ..specs import RunSpec, Unit
 
-RECORD_ID_COLS = ("run_id", "model", "arch", "checkpoint_sha256", "dataset", "split", "protocol")
+RECORD_ID_COLS = ("run_id", "model", "arch", "checkpoint_sha256", "checkpoint_name", "checkpoint_published_hash",
+                  "dataset", "split", "protocol")
 
 
 def run(spec: RunSpec, model: Optional[torch.nn.Module] = None, data: Any = None) -> Path:

@@ -121,7 +121,8 @@ def _dataset_request(dataset: str, split: Optional[str], data_root: Optional[str
 
 
 def build_spec(model: str, *, attack: Union[None, str, Sequence[str]] = None, eps: EpsLike = None,
-               dataset: str = "digits", checkpoint: Optional[str] = None, allow_pickle: bool = False,
+               dataset: str = "digits", checkpoint: Optional[str] = None, checkpoint_dir: Optional[str] = None,
+               allow_pickle: bool = False,
                non_strict: bool = False, data_root: Optional[str] = None, imagenet_root: Optional[str] = None,
                split: Optional[str] = None, limit: Optional[int] = None, subset: Optional[int] = None,
                skip_unreadable: bool = False, benchmark: Optional[str] = None, suite: Optional[str] = None,
@@ -162,7 +163,8 @@ def build_spec(model: str, *, attack: Union[None, str, Sequence[str]] = None, ep
     if dataset_options:
         options["dataset"] = dataset_options
     return RunSpec(
-        model=model, checkpoint=checkpoint, dataset=dataset, split=split, data_root=data_root, protocol=protocol,
+        model=model, checkpoint=checkpoint, checkpoint_dir=str(checkpoint_dir) if checkpoint_dir else None,
+        dataset=dataset, split=split, data_root=data_root, protocol=protocol,
         attacks=specs, benchmark=benchmark, benchmark_options=options, suite=suite, limit=limit, subset=subset,
         skip_unreadable=skip_unreadable, dry_run=dry_run, calibration=rates, batch_size=batch_size, chunk_size=chunk_size,
         seed=seed, device=device, precision=precision, compile=compile, num_workers=workers,

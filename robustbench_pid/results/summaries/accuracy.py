@@ -10,7 +10,8 @@ from ..conditions import META_COLUMNS, samples_id
 from ..metrics import wilson_interval
 
 # a run's identity: rows of different runs are never pooled
-ID_COLUMNS = ["run_id", "model", "checkpoint_sha256", "dataset", "protocol", "benchmark"]
+ID_COLUMNS = ["run_id", "model", "checkpoint_sha256", "dataset", "protocol", "benchmark", "checkpoint_name",
+              "checkpoint_published_hash"]
 
 
 def accuracy_rows(records: pd.DataFrame, group_cols: Iterable[str] = ("attack", "eps"),

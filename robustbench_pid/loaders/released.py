@@ -1,0 +1,33 @@
+"""``released:NAME`` (or a bare registry NAME): a released checkpoint from ``checkpoints/registry.toml``.
+
+The file is looked for in ``--checkpoint-dir``, the shipped checkpoints folder and the user cache dir
+(:mod:`robustbench_pid.released`); when it is absent, one line names the URL, the ``fetch`` command and
+where to put it. Its sha256 is checked against the published hash *before* the file is read (a file
+that does not match is refused, never unpickled), then it is read exactly like a local file (same
+safety rules). The registry name and the published hash travel with the weights into every record.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+from ..errors import CheckpointError
+from ..released import find_file, get_release, missing_message, verify_file
+from . import Loaded, loaders, sha256_file
+
+
+@loaders.register("released")
+def load_released(name: str, *, allow_pickle: bool = False, checkpoint_dir: Optional[str] = None) -> Loaded:
+    from .file import load_file
+
+    rel = get_release(name)
+    path: Optional[Path] = find_file(rel, checkpoint_dir)
+    if path is None:
+        raise CheckpointError(missing_message(rel, checkpoint_dir))
+    verify_file(rel, path, sha256_file(path))
+    got = load_file(str(path), allow_pickle=allow_pickle)
+    notes = [f"released checkpoint {name} ({rel.file}; {rel.paper_table or 'no paper table'})"]
+    if not rel.published_hash:
+        notes.append("no published hash in the registry: the file could not be verified")
+    return Loaded(got.state_dict, got.path, got.sha256, "released", got.wrapper, tuple(notes) + got.notes,
+                  registry_name=name, published_hash=rel.published_hash)
