@@ -116,10 +116,11 @@ def download(url: str, dest_dir: Path, name: Optional[str] = None, *, sha256: st
             try:
                 _transfer(url, part, progress, timeout)
             except (urllib.error.URLError, http.client.HTTPException, OSError) as exc:
-                reason = getattr(exc, "reason", None) or exc
+                reason = f"HTTP {exc.code} {exc.reason}" if isinstance(exc, urllib.error.HTTPError) else \
+                    f"{type(exc).__name__}: {getattr(exc, 'reason', None) or exc}"
                 kept = f"; {part} ({part.stat().st_size} bytes) is kept: run the same command again to resume" \
                     if part.is_file() and part.stat().st_size else ""
-                raise CheckpointError(f"cannot download {url} ({type(exc).__name__}: {reason}){kept}") from None
+                raise CheckpointError(f"cannot download {url} ({reason}){kept}") from None
             digest = sha256_of(part)
             if not digest.startswith(sha256):
                 part.unlink()
