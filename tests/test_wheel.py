@@ -36,7 +36,8 @@ def _build_wheel(tmp: Path) -> Path:
     src.mkdir()
     for name in ("pyproject.toml", "README.md"):
         shutil.copy2(ROOT / name, src / name)
-    shutil.copytree(ROOT / "robustbench_pid", src / "robustbench_pid", ignore=shutil.ignore_patterns("__pycache__"))
+    for folder in ("robustbench_pid", "attacks", "checkpoints"):  # the top-level data folders map into the wheel
+        shutil.copytree(ROOT / folder, src / folder, ignore=shutil.ignore_patterns("__pycache__", "*.lock"))
     pip = [sys.executable, "-m", "pip"]
     _run([*pip, "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(tmp / "dist"), str(src)], tmp, _env())
     (wheel,) = (tmp / "dist").glob("robustbench_pid-*.whl")
