@@ -199,7 +199,7 @@ def test_the_shipped_registry_matches_timm_and_its_file_names() -> None:
     for rel in reg.values():
         if rel.timm_hub:
             cfg = get_pretrained_cfg(rel.timm_hub)
-            assert list(rel.urls) == [cfg.url] and cfg.hf_hub_id == "timm/", rel.name
+            assert list(rel.urls) == [cfg.url] and cfg.hf_hub_id == f"timm/{rel.timm_hub}", rel.name
             assert rel.file == cfg.url.rsplit("/", 1)[1] and rel.architecture == rel.timm_hub.split(".")[0]
         if rel.hash_prefix:
             assert rel.file.rsplit("-", 1)[1].split(".")[0] == rel.hash_prefix
