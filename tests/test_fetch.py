@@ -205,3 +205,19 @@ def test_the_shipped_registry_matches_timm_and_its_file_names() -> None:
             assert rel.file.rsplit("-", 1)[1].split(".")[0] == rel.hash_prefix
         assert rel.licence and rel.paper_table and rel.evidence
     assert not reg["fan_tiny"].urls and not reg["fan_tiny"].published_hash  # nothing known locally: unknown
+
+
+def test_fetch_of_an_entry_without_hash_or_url_says_what_to_do(capsys) -> None:
+    assert main(["fetch", "--list"]) == 0
+    listed = capsys.readouterr().out
+    assert "deit_tiny" in listed and "a1311bcf" in listed and "hash unknown" in listed
+    assert main(["fetch", "fan_tiny", "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "cannot be verified" in err and "--sha256 HEX" in err
+    assert main(["fetch", "fan_tiny", "--sha256", "ab" * 32, "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "no download URL" in err and "https://github.com/NVlabs/FAN" in err and "fetch URL --sha256" in err
+    assert main(["fetch", "deit_tiny", "--sha256", "ab" * 32, "--quiet"]) == 2  # contradicts the file name's hash
+    assert "contradicts the registry's published hash" in capsys.readouterr().err
+    assert main(["fetch", "deit_tiyn"]) == 2
+    assert "Did you mean 'deit_tiny'" in capsys.readouterr().err
