@@ -43,7 +43,7 @@ def load_file(name: str, *, allow_pickle: bool = False) -> Loaded:
                               f"--checkpoint {path}/model.safetensors{hint}")
     if not path.is_file():
         raise CheckpointError(f"checkpoint file not found: {path} (give a local .pth/.pt/.bin/.safetensors file, "
-                              f"embedded:NAME or timm:NAME)")
+                              f"embedded:NAME, timm:NAME or a released checkpoint's name: robustbench-pid fetch --list)")
     if _suffix(path) not in SUFFIXES:
         raise CheckpointError(f"{path}: unsupported checkpoint format {_suffix(path)!r}; expected one of {', '.join(SUFFIXES)}")
     if path.stat().st_size == 0:
