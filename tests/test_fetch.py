@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import http.server
 import io
+import json
 import threading
 from pathlib import Path
 from typing import Dict, Iterator, List, Tuple
@@ -19,6 +20,8 @@ from robustbench_pid.cli import main
 from robustbench_pid.errors import CheckpointError
 from robustbench_pid.loaders import read_checkpoint
 from robustbench_pid.models import load_model
+from robustbench_pid.results.run_files import default_out
+from robustbench_pid.run.spec_builder import build_spec
 from zoo_helpers import randomized
 
 
@@ -171,6 +174,12 @@ def test_registry_name_absent_then_fetched_then_loaded_and_recorded(server, tmp_
     (other / f"tiny_digits-{prefix}.pth").write_bytes(data)
     m = load_model("deit", "tiny_digits", dataset="digits", checkpoint_dir=str(other))
     assert m.info["checkpoint"] == str(other / f"tiny_digits-{prefix}.pth")
+    info = json.loads((out / "run.json").read_text())
+    assert info["checkpoint_name"] == "tiny_digits" and info["checkpoint_published_hash"] == prefix
+    spec = build_spec("deit", checkpoint="tiny_digits", checkpoint_dir=other)
+    assert spec.as_dict()["checkpoint_dir"] == str(other)  # recorded in run.json's spec
+    # where the file lives does not name another run folder: the file's sha256 identifies the weights
+    assert default_out(spec) == default_out(build_spec("deit", checkpoint="tiny_digits"))
 
 
 def test_a_registry_file_that_does_not_match_its_hash_is_refused_before_it_is_read(tmp_path: Path,
