@@ -30,6 +30,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
     files: Dict[str, bytes] = {}
     seen: List[Tuple[str, str]] = []
+    ignore_range = False  # answer 200 with the whole file, as a server without Range support does
+    cut_next = 0  # cut the connection after this many bytes of the next response (0: never)
 
     def do_GET(self) -> None:  # noqa: N802
         name = self.path.lstrip("/")
@@ -39,7 +41,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self.send_error(404)
             return
         data, status = self.files[name], 200
-        if rng.startswith("bytes="):
+        if rng.startswith("bytes=") and not self.ignore_range:
             start = int(rng[len("bytes="):].split("-")[0])
             if start >= len(data):
                 self.send_error(416)
@@ -48,7 +50,10 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self.send_response(status)
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
-        self.wfile.write(data)
+        cut, type(self).cut_next = type(self).cut_next, 0
+        self.wfile.write(data[:cut] if cut else data)
+        if cut:
+            self.close_connection = True
 
     def log_message(self, *args: object) -> None:  # keep the test output quiet
         pass
@@ -115,6 +120,32 @@ def test_a_partial_download_is_resumed_with_a_range_request(server, tmp_path: Pa
     h.files["v.pth"] = data
     assert main(["fetch", f"{url}/v.pth", "--sha256", sha, "--to", str(tmp_path), "--quiet"]) == 0
     assert h.seen[-1] == ("v.pth", f"bytes={len(data)}-") and (tmp_path / "v.pth").read_bytes() == data
+
+
+
+def test_a_dropped_connection_keeps_the_part_and_the_next_fetch_resumes_it(server, tmp_path: Path, capsys) -> None:
+    url, h = server
+    data = _checkpoint_bytes(5)
+    h.files["w.pth"] = data
+    sha = hashlib.sha256(data).hexdigest()
+    h.cut_next = 3000
+    assert main(["fetch", f"{url}/w.pth", "--sha256", sha, "--to", str(tmp_path), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "is kept: run the same command again to resume" in err
+    assert (tmp_path / "w.pth.part").stat().st_size == 3000 and not (tmp_path / "w.pth").exists()
+    assert main(["fetch", f"{url}/w.pth", "--sha256", sha, "--to", str(tmp_path), "--quiet"]) == 0
+    assert h.seen == [("w.pth", ""), ("w.pth", "bytes=3000-")] and (tmp_path / "w.pth").read_bytes() == data
+
+
+def test_a_server_that_ignores_range_sends_the_whole_file_again(server, tmp_path: Path) -> None:
+    url, h = server
+    data = _checkpoint_bytes(6)
+    h.files["w.pth"] = data
+    h.ignore_range = True
+    (tmp_path / "w.pth.part").write_bytes(b"x" * 500)  # not even the right bytes: restarted, not appended to
+    assert main(["fetch", f"{url}/w.pth", "--sha256", hashlib.sha256(data).hexdigest(), "--to", str(tmp_path),
+                 "--quiet"]) == 0
+    assert h.seen == [("w.pth", "bytes=500-")] and (tmp_path / "w.pth").read_bytes() == data
 
 
 def _registry(tmp_path: Path, url: str, prefix: str, monkeypatch: pytest.MonkeyPatch) -> None:
