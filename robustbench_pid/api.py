@@ -70,7 +70,7 @@ def evaluate(model: ModelLike, attack: Union[None, str, Sequence[str]] = None, e
     warn_findings = not kw.get("quiet", False)  # quiet=True: no progress bar and no diagnostics warnings
     opts = _options(kw)
     obj_model = obj_data = None
-    if not isinstance(model, str) and data is None and dataset is None:
+    if isinstance(model, torch.nn.Module) and data is None and dataset is None:
         raise UserError(f"rbp.evaluate(model=<{type(model).__name__} object>) needs data=: your images and labels as "
                         f"tensors (x, y), a Dataset of (image, label) or a DataLoader (or dataset=NAME to evaluate it "
                         f"on a registered dataset, e.g. dataset='digits')")
