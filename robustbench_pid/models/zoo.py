@@ -62,7 +62,8 @@ def resolve_model(model: str, dataset_family: str, checkpoint: Optional[str] = N
         arch = model[len("timm:"):]
         if not timm.is_model(arch):
             hint = _did_you_mean(arch).replace("Did you mean '", "Did you mean 'timm:")
-            raise UserError(f"timm has no model {arch!r}.{hint} List them with `python -c 'import timm; print(timm.list_models())'`")
+            raise UserError(f"timm has no model {arch!r}.{hint} List them with "
+                            f"`python -c 'import timm; print(timm.list_models())'`")
         return ResolvedModel(model, arch, checkpoint, {}, None)
     if model in zoo:
         entry = zoo.get(model)
@@ -83,8 +84,8 @@ def resolve_model(model: str, dataset_family: str, checkpoint: Optional[str] = N
     if timm.is_model(model):
         return ResolvedModel(model, model, checkpoint, {}, None)
     valid = ", ".join(zoo.names())
-    raise UserError(f"unknown model {model!r}.{_did_you_mean(model)} Valid models: {valid}, timm:<any timm name>, or a registered timm name "
-                    f"(`robustbench-pid models` lists them)")
+    raise UserError(f"unknown model {model!r}.{_did_you_mean(model)} Valid models: {valid}, timm:<any timm name>, "
+                    f"or a registered timm name (`robustbench-pid models` lists them)")
 
 
 def _did_you_mean(model: str) -> str:

@@ -91,7 +91,8 @@ def check_labels(y: torch.Tensor, what: str, num_classes: Optional[int] = None,
         frac = (y != y.round()) | ~torch.isfinite(y)
         if bool(frac.any()):
             v = y[frac][0].item()
-            raise UserError(f"{what}: labels must be whole class indices, found {v:g} ({_ids(sample_ids, frac, offset)}); "
+            where = _ids(sample_ids, frac, offset)
+            raise UserError(f"{what}: labels must be whole class indices, found {v:g} ({where}); "
                             f"they would be truncated to another class: give integer labels (y.long() once they are "
                             f"whole numbers)")
     neg = y < 0

@@ -60,8 +60,8 @@ def wrap_model(obj: Any, mean: Optional[Sequence[float]] = None, std: Optional[S
         raise UserError("give both mean= and std= (the normalisation to wrap in front of the model), or neither")
     src = _uncompiled(obj)
     if meta_tensors(src):
-        raise UserError(f"the model ({type(src).__name__}) has parameters on the meta device (shapes without data, e.g. "
-                        f"built under torch.device('meta')): materialise and load its weights first "
+        raise UserError(f"the model ({type(src).__name__}) has parameters on the meta device (shapes without data, "
+                        f"e.g. built under torch.device('meta')): materialise and load its weights first "
                         f"(model.to_empty(device='cpu'), then model.load_state_dict(...))")
     if num_classes is not None and (isinstance(num_classes, bool) or not isinstance(num_classes, int)
                                     or num_classes < 1):
@@ -139,7 +139,8 @@ class ObjectData(Dataset):
         hx, hy = hashlib.sha256(), hashlib.sha256()  # images, labels: the same whatever the read batch
         max_label, shape, seen = -1, None, 0
         loader = DataLoader(_Items(base), batch_size=max(1, read_batch), shuffle=False, num_workers=workers)
-        for x, y in without_worker_traceback(loader):  # every batch checked: a min/max and the labels (cheap next to hashing)
+        # every batch checked: a min/max and the labels (cheap next to hashing)
+        for x, y in without_worker_traceback(loader):
             if shape is None:
                 shape = list(x.shape[1:])
             check_range(x, "data=", offset=seen)
