@@ -91,6 +91,10 @@ def evaluate(model: ModelLike, attack: Union[None, str, Sequence[str]] = None, e
             raise UserError(f"data= objects work with the adversarial benchmark; {opts['benchmark']!r} needs a "
                             f"registered dataset (dataset=NAME)")
     if isinstance(model, str):
+        if data is not None:
+            raise UserError(f"data= goes with a model object; for the registered model {model!r} pass "
+                            f"model=rbp.load_model({model!r}, dataset=...) (its classes and normalisation) with your "
+                            f"data, or dataset=NAME instead of data=")
         if mean is not None or std is not None or num_classes is not None:
             raise UserError("mean=/std=/num_classes= are for model objects; a registered model knows its own")
         model_name = model
@@ -163,9 +167,9 @@ def attack(model: ModelLike, x: torch.Tensor, y: torch.Tensor, name: str, eps: O
     else:
         net = wrap_model(model, mean, std)
     net = net.to(dev)
-    if not isinstance(model, str):  # a caller's module: its output checked on two samples
-        complete_info(net, x[0].detach().cpu(), dev, need_grad=make_attack(name, **params).uses_gradients,
-                      second=x[min(1, len(x) - 1)].detach().cpu())
+    # a caller's module, or a registered one on the caller's images: its output checked on two samples
+    complete_info(net, x[0].detach().cpu(), dev, need_grad=make_attack(name, **params).uses_gradients,
+                  second=x[min(1, len(x) - 1)].detach().cpu())
     check_labels(y, "attack(): y", int(net.info["num_classes"]))
     settings = protocol_params(name, make_attack(name, **params).params(), protocol)
     unit = Unit("adversarial", name, float(settings.get("eps", 0.0)), json.dumps(settings, sort_keys=True), "",

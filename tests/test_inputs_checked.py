@@ -48,6 +48,17 @@ class Linear(nn.Module):
         return out
 
 
+class Pairs(torch.utils.data.Dataset):
+    def __init__(self, x, y) -> None:
+        self.x, self.y = x, y
+
+    def __len__(self) -> int:
+        return len(self.y)
+
+    def __getitem__(self, i: int):
+        return self.x[i], self.y[i]
+
+
 def _xy(n: int = N):
     g = torch.Generator().manual_seed(1)
     return torch.rand(n, 3, 8, 8, generator=g), torch.arange(n) % 5
@@ -186,11 +197,15 @@ def test_diagnostics_attached_and_error_finding_warned(tmp_path):
     ("detached", "output has no gradient with respect to its input"),
     ("integer", "returned torch.int64 outputs; it must return float logits"),
     ("meta", "has parameters on the meta device"),
-    ("mean_2", "mean=/std= have 2 values but the images have 3 channel(s); give one value per channel"),
+    ("mean_2", "normalisation (mean=/std=) has 2 values but the images have 3 channel(s)"),
     ("channels_last", "looks channels-last (H, W, C last); images must be (N, C, H, W) with the channels first: "
                       "pass x.permute(0, 3, 1, 2)"),
     ("uint8_numpy", "x is torch.uint8; images must be float tensors in [0, 1]: for 0..255 pixels pass x.float() / 255"),
     ("wrong_size", "the model failed on a batch of shape (2, 3, 4, 4)"),
+    ("dataset_hwc", "data= item 0: the image has shape (8, 8, 3), which looks channels-last (H, W, C last); images "
+                    "must be (C, H, W) with the channels first: pass image.permute(2, 0, 1)"),
+    ("registered_1_channel", "normalisation (mean=/std=) has 3 values but the images have 1 channel(s): give images "
+                             "with the model's channels (grayscale: x.repeat(1, 3, 1, 1))"),
 ])
 def test_bad_model_outputs_and_inputs_one_error(case, says, tmp_path):
     x, y = _xy()
@@ -207,6 +222,10 @@ def test_bad_model_outputs_and_inputs_one_error(case, says, tmp_path):
         kw["data"] = ((x.numpy() * 255).astype(np.uint8), y.numpy())
     elif case == "wrong_size":
         kw["data"] = (x[:, :, :4, :4], y)
+    elif case == "dataset_hwc":
+        kw["data"] = Pairs(x.permute(0, 2, 3, 1).numpy(), y)  # numpy HWC items, as from PIL/OpenCV
+    elif case == "registered_1_channel":
+        kw.update(model=rbp.load_model("deit"), data=(torch.rand(N, 1, 32, 32), y))
     with pytest.raises(UserError) as exc:
         _evaluate(tmp_path, **kw)
     assert says in str(exc.value), str(exc.value)
@@ -331,3 +350,11 @@ def test_eps_text_fractions():
     assert [eps_text(v, "linf") for v in (0.5 / 255, 1.5 / 255, 3 / 255, 0.3, 0.1, 0.03)] == [
         "0.5/255", "1.5/255", "3/255", "0.3", "0.1", "0.03"]
     assert eps_text(0.5 / 255, "l2") == "0.00196078"  # only L-inf eps is in pixel levels
+
+
+def test_registered_model_on_wrong_images_in_attack_and_name_with_data(tmp_path):
+    x, y = _xy()
+    with pytest.raises(UserError, match=r"the model failed on a batch of shape \(2, 3, 8, 8\)"):
+        rbp.attack("deit", x, y, "fgsm", eps=2 / 255)
+    with pytest.raises(UserError, match=r"data= goes with a model object; .* model=rbp.load_model\('deit', dataset"):
+        _evaluate(tmp_path, model="deit", data=(x, y))

@@ -287,7 +287,7 @@ def prepare(spec: RunSpec, model: Optional[torch.nn.Module] = None, data: Any = 
         ds = data
     from .objects import complete_info, is_object
 
-    if is_object(model):  # a caller's module: its output checked once on two samples (input_checks)
+    if is_object(model) or data is not None:  # a caller's module or data: one probe on two samples (input_checks)
         complete_info(model, ds[0][0], device, need_grad=_gradient_attacks(spec), second=ds[min(1, len(ds) - 1)][0])
     elif model.info.get("num_classes") is None or model.info.get("input_size") is None:
         complete_info(model, ds[0][0], device)

@@ -128,8 +128,9 @@ def probe_model(model: Any, images: torch.Tensor, device: torch.device, num_clas
     mean = info.get("mean") or []
     if len(mean) not in (0, 1, c):
         default = " (the default without mean=/std=: 3 channels)" if mean == [0.0] * 3 else ""
-        raise UserError(f"mean=/std= have {len(mean)} values{default} but the images have {c} channel(s); give one "
-                        f"value per channel, e.g. mean={[0.5] * c}, std={[0.5] * c}")
+        raise UserError(f"the model's normalisation (mean=/std=) has {len(mean)} values{default} but the images have "
+                        f"{c} channel(s): give images with the model's channels (grayscale: x.repeat(1, 3, 1, 1)), or "
+                        f"one mean/std value per channel, e.g. mean={[0.5] * c}, std={[0.5] * c}")
     x = images.to(device).float()
     if need_grad:
         x.requires_grad_(True)

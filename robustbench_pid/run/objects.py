@@ -111,8 +111,8 @@ def is_object(model: Any) -> bool:
 
 def complete_info(model: Normalized, sample: torch.Tensor, device: torch.device, need_grad: bool = False,
                   second: Optional[torch.Tensor] = None) -> None:
-    """Fill ``input_size`` and ``num_classes`` of a model object, checking its output on a probe
-    batch of two samples (``sample`` and ``second``, default ``sample`` twice): see
+    """Fill ``input_size`` and ``num_classes`` of a model object (or check a registered model on a
+    caller's data), checking its output on a probe batch of two samples (``sample`` and ``second``, default ``sample`` twice): see
     :func:`input_checks.probe_model`."""
     info = model.info
     if info.get("input_size") is None:
