@@ -118,8 +118,9 @@ def evaluate(model: ModelLike, attack: Union[None, str, Sequence[str]] = None, e
     df.attrs["run_dir"] = os.path.abspath(out)  # still valid if the notebook changes directory
     if spec.benchmark == "adversarial":
         from .results.diagnostics import attach_diagnostics
+        from .results.store import load_records
 
-        attach_diagnostics(df, out, warn=warn_findings)
+        attach_diagnostics(df, load_records(out), warn=warn_findings)
     return df
 
 

@@ -137,7 +137,7 @@ def test_range_checked_on_every_batch_a_run_reads(tmp_path, capsys, monkeypatch)
     assert evaluate_main(["--model", "deit", "--limit", "16", "--batch-size", "8", "--chunk-size", "8", "--quiet",
                           "--out", str(out)]) == 2
     line = _one_error_line(capsys.readouterr().err)
-    assert "dataset 'digits', batch 2 of this pass: images must be in [0, 1]" in line
+    assert "dataset 'digits', batch 2 (positions 8..15): images must be in [0, 1]" in line
     assert "8 samples " in line and "check the files and the transform" in line
     assert json.loads((out / "run.json").read_text())["status"] == "running"
     assert not (out / "summary.csv").exists() and not (out / "records.parquet").exists()

@@ -29,8 +29,7 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import asdict, dataclass
-from pathlib import Path
-from typing import Any, Callable, List, Optional, Union
+from typing import Any, Callable, List, Optional
 
 import pandas as pd
 
@@ -292,11 +291,12 @@ class DiagnosticWarning(UserWarning):
     are not to be trusted); the CLI prints the same finding after its table."""
 
 
-def attach_diagnostics(df: Any, run_dir: Union[str, Path], warn: bool = True) -> List[Finding]:
-    """The API's share of what ``evaluate`` prints: the run's findings in ``df.attrs["diagnostics"]``
-    (one dict per finding) and ``df.attrs["diagnostics_text"]``, each ``[error]`` finding raised as
-    a :class:`DiagnosticWarning` unless ``warn`` is False (``rbp.evaluate(..., quiet=True)``)."""
-    findings = diagnose(pd.read_parquet(Path(run_dir) / "records.parquet"))
+def attach_diagnostics(df: Any, records: pd.DataFrame, warn: bool = True) -> List[Finding]:
+    """The API's share of what ``evaluate`` prints: the findings on a run's ``records`` in
+    ``df.attrs["diagnostics"]`` (one dict per finding) and ``df.attrs["diagnostics_text"]``, each
+    ``[error]`` finding raised as a :class:`DiagnosticWarning` unless ``warn`` is False
+    (``rbp.evaluate(..., quiet=True)``)."""
+    findings = diagnose(records)
     df.attrs["diagnostics"] = [asdict(f) for f in findings]
     df.attrs["diagnostics_text"] = format_findings(findings)
     if warn:

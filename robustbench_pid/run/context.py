@@ -177,14 +177,14 @@ def _host_batches(plan: List[List[int]], loaded: Iterator[Any], dataset: Any = N
     batch, on the host: every batch, not the first only, before any of its records exist)."""
     from .input_checks import RANGE_FIX_DATASET, RANGE_FIX_OBJECT, check_range
 
-    is_object = hasattr(dataset, "content_sha256")
+    from_object = hasattr(dataset, "content_sha256")  # data= (ObjectData): the caller's images
+    ids = getattr(dataset, "sample_ids", None)
     for k, (idx, (x, y)) in enumerate(zip(plan, loaded)):
         if len(y) != len(idx):
             raise RuntimeError(f"data loader returned {len(y)} of {len(idx)} samples of batch {idx[:3]}...")
-        ids = getattr(dataset, "sample_ids", None)
-        check_range(x, f"dataset {name!r}, batch {k + 1} of this pass",
+        check_range(x, f"dataset {name!r}, batch {k + 1} (positions {idx[0]}..{idx[-1]})",
                     [ids[i] for i in idx] if ids is not None else idx,
-                    fix=RANGE_FIX_OBJECT if is_object else RANGE_FIX_DATASET)
+                    fix=RANGE_FIX_OBJECT if from_object else RANGE_FIX_DATASET)
         yield idx, x, y
 
 
