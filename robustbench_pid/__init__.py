@@ -28,6 +28,7 @@ _LAZY = {
     "write_plots": "results.plots",
     "write_report": "results.report",
     "check": "results.check",
+    "DiagnosticWarning": "results.diagnostics",
 }
 
 __all__ = ["__version__", *_LAZY]

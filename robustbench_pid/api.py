@@ -67,8 +67,13 @@ def evaluate(model: ModelLike, attack: Union[None, str, Sequence[str]] = None, e
     from .run.runner import run as run_spec
     from .run.spec_builder import build_spec
 
+    warn_findings = not kw.get("quiet", False)  # quiet=True: no progress bar and no diagnostics warnings
     opts = _options(kw)
     obj_model = obj_data = None
+    if isinstance(model, torch.nn.Module) and data is None and dataset is None:
+        raise UserError(f"rbp.evaluate(model=<{type(model).__name__} object>) needs data=: your images and labels as "
+                        f"tensors (x, y), a Dataset of (image, label) or a DataLoader (or dataset=NAME to evaluate it "
+                        f"on a registered dataset, e.g. dataset='digits')")
     if data is not None:
         from .data import datasets
         from .run.objects import as_data
@@ -86,6 +91,10 @@ def evaluate(model: ModelLike, attack: Union[None, str, Sequence[str]] = None, e
             raise UserError(f"data= objects work with the adversarial benchmark; {opts['benchmark']!r} needs a "
                             f"registered dataset (dataset=NAME)")
     if isinstance(model, str):
+        if data is not None:
+            raise UserError(f"data= goes with a model object; for the registered model {model!r} pass "
+                            f"model=rbp.load_model({model!r}, dataset=...) (its classes and normalisation) with your "
+                            f"data, or dataset=NAME instead of data=")
         if mean is not None or std is not None or num_classes is not None:
             raise UserError("mean=/std=/num_classes= are for model objects; a registered model knows its own")
         model_name = model
@@ -107,6 +116,11 @@ def evaluate(model: ModelLike, attack: Union[None, str, Sequence[str]] = None, e
                         f"rbp.load_results({str(out)!r})")
     df = load_results(out)
     df.attrs["run_dir"] = os.path.abspath(out)  # still valid if the notebook changes directory
+    if spec.benchmark == "adversarial":
+        from .results.diagnostics import attach_diagnostics
+        from .results.store import load_records
+
+        attach_diagnostics(df, load_records(out), warn=warn_findings)
     return df
 
 
@@ -131,13 +145,20 @@ def attack(model: ModelLike, x: torch.Tensor, y: torch.Tensor, name: str, eps: O
     from .device import check_precision, pick_device
     from .run.objects import complete_info, wrap_model
     from .run.context import Context, unit_rng, unit_seed
+    from .run.input_checks import as_tensor, check_labels, check_layout, check_range
     from .specs import PROTOCOLS, RunSpec, Unit
 
     if protocol not in PROTOCOLS:
         raise UserError(f"unknown protocol {protocol!r}; valid: {', '.join(PROTOCOLS)}")
-    if not (isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor) and x.dim() == 4 and y.dim() == 1
-            and len(x) == len(y) and len(x) > 0):
-        raise UserError("attack() needs x of shape (N, C, H, W) and labels y of shape (N,), N >= 1")
+    x, y = as_tensor(x, "attack(): x"), as_tensor(y, "attack(): y")  # numpy arrays are converted
+    if not (x.dim() == 4 and y.dim() == 1 and len(x) == len(y) and len(x) > 0):
+        raise UserError(f"attack() needs x of shape (N, C, H, W) and labels y of shape (N,), N >= 1; got "
+                        f"{tuple(x.shape)} and {tuple(y.shape)}")
+    check_layout(x, "attack(): x")
+    check_range(x, "attack(): x")
+    check_labels(y, "attack(): y")  # the upper bound once the model's classes are known
+    if eps is not None:
+        params["eps"] = eps
     dev = pick_device(device) if device is not None else x.device
     check_precision(dev, precision)
     if isinstance(model, str):
@@ -147,9 +168,10 @@ def attack(model: ModelLike, x: torch.Tensor, y: torch.Tensor, name: str, eps: O
     else:
         net = wrap_model(model, mean, std)
     net = net.to(dev)
-    complete_info(net, x[0].detach().cpu(), dev)
-    if eps is not None:
-        params["eps"] = eps
+    # a caller's module, or a registered one on the caller's images: its output checked on two samples
+    complete_info(net, x[0].detach().cpu(), dev, need_grad=make_attack(name, **params).uses_gradients,
+                  second=x[min(1, len(x) - 1)].detach().cpu())
+    check_labels(y, "attack(): y", int(net.info["num_classes"]))
     settings = protocol_params(name, make_attack(name, **params).params(), protocol)
     unit = Unit("adversarial", name, float(settings.get("eps", 0.0)), json.dumps(settings, sort_keys=True), "",
                 0, len(x))

@@ -14,7 +14,8 @@ from .errors import UserError
 def eps_text(eps: Optional[float], norm: Optional[str] = "") -> str:
     """``k/255`` for an L-inf eps that is an exact multiple of 1/255 below 1, ``%g`` otherwise.
 
-    3/255 under L-inf reads ``3/255``; an L2 eps of 0.2 reads ``0.2``; CW's eps 1.0 reads ``1``;
+    3/255 under L-inf reads ``3/255`` (and 0.5/255 ``0.5/255``: a fraction of 1/255 with at most
+    three decimals that has no short decimal form; 0.3 stays ``0.3``); an L2 eps of 0.2 reads ``0.2``; CW's eps 1.0 reads ``1``;
     without a known norm (results from before the norm was recorded) every eps reads ``%g``.
     """
     if eps is None or (isinstance(eps, float) and math.isnan(eps)) or eps == 0:
@@ -23,6 +24,11 @@ def eps_text(eps: Optional[float], norm: Optional[str] = "") -> str:
     k = round(eps * 255)
     if norm == "linf" and 0 < k < 255 and abs(k / 255 - eps) < 1e-9:
         return f"{k}/255"
+    short = f"{eps:.4g}"
+    if norm == "linf" and float(short) != eps:  # no short decimal: a fraction of 1/255 (0.5/255) reads as one
+        k2 = round(eps * 255, 3)
+        if 0 < k2 < 255 and abs(k2 / 255 - eps) < 1e-12:
+            return f"{k2:g}/255"
     return f"{eps:g}"
 
 

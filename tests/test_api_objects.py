@@ -62,7 +62,7 @@ class Pairs(Dataset):
 def test_module_gives_the_records_of_the_same_weights_by_name(tmp_path, net):
     n, mean, std = net
     before = model_state(n)
-    obj = rbp.evaluate(model=n, mean=mean, std=std, limit=N, batch_size=8, device="cpu",
+    obj = rbp.evaluate(model=n, mean=mean, std=std, dataset="digits", limit=N, batch_size=8, device="cpu",
                        out=tmp_path / "obj", **PGD)
     assert model_state(n) == before and n.training  # still train mode, trainable, on its device
     named = rbp.evaluate(model="pid_deit", limit=N, batch_size=8, device="cpu", out=tmp_path / "name", **PGD)
@@ -76,11 +76,13 @@ def test_module_gives_the_records_of_the_same_weights_by_name(tmp_path, net):
 def test_resume_by_content_and_two_models_refused(tmp_path, net):
     n, mean, std = net
     out = tmp_path / "run"
-    a = rbp.evaluate(model=n, mean=mean, std=std, attack="fgsm", eps="2/255", limit=8, device="cpu", out=out)
+    a = rbp.evaluate(model=n, mean=mean, std=std, dataset="digits", attack="fgsm", eps="2/255", limit=8,
+                     device="cpu", out=out)
     units = sorted(p.name for p in (out / "units").glob("*.parquet"))
     stamp = {p: (out / "units" / p).stat().st_mtime_ns for p in units}
     # a fresh copy with the same weights: the same model, every unit reused
-    b = rbp.evaluate(model=copy.deepcopy(n), mean=mean, std=std, attack="fgsm", eps="2/255", limit=8, device="cpu",
+    b = rbp.evaluate(model=copy.deepcopy(n), mean=mean, std=std, dataset="digits", attack="fgsm", eps="2/255",
+                     limit=8, device="cpu",
                      out=out)
     assert {p: (out / "units" / p).stat().st_mtime_ns for p in units} == stamp
     pd.testing.assert_frame_equal(a, b)
@@ -88,7 +90,8 @@ def test_resume_by_content_and_two_models_refused(tmp_path, net):
     with torch.no_grad():
         next(other.parameters()).add_(1e-3)
     with pytest.raises(UserError, match="holds a run of another model") as exc:
-        rbp.evaluate(model=other, mean=mean, std=std, attack="fgsm", eps="2/255", limit=8, device="cpu", out=out)
+        rbp.evaluate(model=other, mean=mean, std=std, dataset="digits", attack="fgsm", eps="2/255", limit=8,
+                     device="cpu", out=out)
     assert "another out" in str(exc.value)
     with pytest.raises(UserError, match="holds a run of another model"):
         rbp.evaluate(model="deit", attack="fgsm", eps="2/255", limit=8, device="cpu", out=out)

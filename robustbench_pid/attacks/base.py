@@ -70,6 +70,10 @@ class Attack:
     def validate(self, loc: str = "") -> None:
         if not (0 <= self.eps) or not math.isfinite(self.eps):
             raise UserError(f"{loc}attack {self.name!r}: eps must be >= 0, got {self.eps}")
+        if self.eps == 0:
+            raise UserError(f"{loc}attack {self.name!r}: eps must be > 0, got 0: with eps 0 the attack leaves every "
+                            f"image as it is and its row would just repeat clean accuracy (reported anyway). Give "
+                            f"eps > 0 (--eps 1/255), or drop the attack")
         if self.eps > self.eps_max:
             raise UserError(f"{loc}attack {self.name!r}: eps {self.eps} exceeds {self.eps_max} "
                             f"({self.norm} bound for images in [0, 1]); did you mean {self.eps:g}/255?")
@@ -255,6 +259,8 @@ def _coerce(attack: str, key: str, value: Any, typ: Any, loc: str) -> Any:
         if t == "bool":
             if isinstance(value, bool):
                 return value
+            if not isinstance(value, str):  # strict, as int settings refuse true: 1 or 0.0 is no boolean
+                raise ValueError
             if str(value).lower() in ("true", "1", "yes"):
                 return True
             if str(value).lower() in ("false", "0", "no"):

@@ -15,13 +15,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(a: argparse.Namespace) -> int:
     if a.kind == "attacks":
         from ..attacks import attack_names, get_attack
+        from ..labels import eps_text
 
         for name in attack_names():
             cls = get_attack(name)
             defaults = cls().params()
             doc = _first_line(cls)
             print(f"{name:12s} norm={cls.norm:5s} {doc}")
-            print("    " + ", ".join(f"{k}={v!r}" for k, v in defaults.items()))
+            print("    " + ", ".join(f"{k}={eps_text(v, cls.norm) if k == 'eps' else repr(v)}"
+                                     for k, v in defaults.items()))
     elif a.kind == "datasets":
         from ..data import datasets
 

@@ -205,7 +205,8 @@ def load_image(path: Path) -> Any:
         with Image.open(path) as im:
             im.load()
             return im.convert("RGB")
-    except (OSError, SyntaxError, ValueError) as exc:
+    except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as exc:
+        # DecompressionBombError (PIL's pixel limit, not an OSError): a file too large to decode safely
         raise UserError(f"cannot read image {path}: {exc}. Replace the file, or pass --skip-unreadable to skip "
                         f"(and count) unreadable images") from None
 

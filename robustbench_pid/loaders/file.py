@@ -28,6 +28,34 @@ def _unsupported_global(msg: str) -> str:
     return m.group(1) if m else ""
 
 
+def _well_formed_pickle(path: Path) -> bool:
+    """Does the file hold a complete pickle (torch's zip: its ``data.pkl``)? Read statically by
+    ``pickletools.genops``, which executes nothing: a file the safe reader refused that parses is
+    a pickle of objects; one that does not parse is damaged and ``--allow-pickle`` cannot help."""
+    import io
+    import pickletools
+    import zipfile
+
+    try:
+        if zipfile.is_zipfile(path):
+            with zipfile.ZipFile(path) as z:
+                names = [n for n in z.namelist() if n.endswith("data.pkl")]
+                data = z.read(names[0]) if names else b""
+        else:
+            data = path.read_bytes()
+        ops = list(pickletools.genops(io.BytesIO(data)))
+        return bool(ops) and ops[-1][0].name == "STOP"
+    except Exception:  # noqa: BLE001 - any parse failure means: not a well-formed pickle
+        return False
+
+
+def _reason(exc: Exception) -> str:
+    """The one line of torch's error that says what is wrong (its weights_only preamble does not)."""
+    text = str(exc)
+    m = re.search(r"(Unsupported operand[^\n]*|PytorchStreamReader[^.\n]*|invalid load key[^\n]*)", text)
+    return (m.group(1) if m else f"{type(exc).__name__}: {text.strip().splitlines()[0] if text.strip() else ''}")[:200]
+
+
 @loaders.register("file")
 def load_file(name: str, *, allow_pickle: bool = False) -> Loaded:
     """Read ``PATH`` or ``PATH#KEY`` (KEY picks a wrapper entry, e.g. ``#state_dict_ema``, ``#model_ema``)."""
@@ -63,10 +91,9 @@ def load_file(name: str, *, allow_pickle: bool = False) -> Loaded:
             raw = torch.load(path, map_location="cpu", weights_only=not allow_pickle)
         except Exception as exc:  # noqa: BLE001
             text = str(exc)
-            first = text.split("\n")[0]
-            if not allow_pickle and ("weights_only" in text or "Unsupported global" in text):
-                what = _unsupported_global(text)
-                what = f"it pickles `{what}`" if what else "it pickles non-tensor objects"
+            what = _unsupported_global(text)
+            if not allow_pickle and (what or _well_formed_pickle(path)):  # objects, not damage
+                what = f"it pickles `{what}`" if what else "it uses pickle features beyond tensors"
                 raise CheckpointError(
                     f"{path}: refused to load: {what}, and unpickling such objects can run arbitrary code "
                     f"hidden in the file, so only tensors and plain containers are read by default. DeiT and "
@@ -74,7 +101,11 @@ def load_file(name: str, *, allow_pickle: bool = False) -> Loaded:
                     f"trust the file, pass --allow-pickle (Python: allow_pickle=True); safer, re-save its state "
                     f"dict once as .safetensors and load that."
                 ) from None
-            raise CheckpointError(f"{path}: cannot read checkpoint ({first})") from None
+            # anything else (bad opcodes, a broken zip, garbage) is damage, and unpickling it fully
+            # would not help: never advise --allow-pickle for it
+            raise CheckpointError(f"{path}: cannot read checkpoint: the file is corrupt, truncated or not a PyTorch "
+                                  f"checkpoint ({_reason(exc)}). Copy or save it again (compare its sha256 with "
+                                  f"the source's)") from None
         if allow_pickle:
             notes.append("read with full unpickling (--allow-pickle)")
     if key:

@@ -61,7 +61,9 @@ def resolve_model(model: str, dataset_family: str, checkpoint: Optional[str] = N
     if model.startswith("timm:"):
         arch = model[len("timm:"):]
         if not timm.is_model(arch):
-            raise UserError(f"timm has no model {arch!r}; list them with `python -c 'import timm; print(timm.list_models())'`")
+            hint = _did_you_mean(arch).replace("Did you mean '", "Did you mean 'timm:")
+            raise UserError(f"timm has no model {arch!r}.{hint} List them with "
+                            f"`python -c 'import timm; print(timm.list_models())'`")
         return ResolvedModel(model, arch, checkpoint, {}, None)
     if model in zoo:
         entry = zoo.get(model)
@@ -82,8 +84,19 @@ def resolve_model(model: str, dataset_family: str, checkpoint: Optional[str] = N
     if timm.is_model(model):
         return ResolvedModel(model, model, checkpoint, {}, None)
     valid = ", ".join(zoo.names())
-    raise UserError(f"unknown model {model!r}. Valid models: {valid}, timm:<any timm name>, or a registered timm name "
-                    f"(`robustbench-pid models` lists them)")
+    raise UserError(f"unknown model {model!r}.{_did_you_mean(model)} Valid models: {valid}, timm:<any timm name>, "
+                    f"or a registered timm name (`robustbench-pid models` lists them)")
+
+
+def _did_you_mean(model: str) -> str:
+    """`` Did you mean 'pid_deit'?`` for a close alias (or timm name), as registry names get."""
+    import difflib
+
+    bare = model[len("timm:"):] if model.startswith("timm:") else model
+    close = difflib.get_close_matches(bare, zoo.names(), n=1, cutoff=0.7)
+    if not close:
+        close = difflib.get_close_matches(bare, timm.list_models(), n=1, cutoff=0.85)
+    return f" Did you mean {close[0]!r}?" if close else ""
 
 
 def build_model(arch: str, num_classes: Optional[int] = None, **kwargs: Any) -> torch.nn.Module:
@@ -95,6 +108,9 @@ def build_model(arch: str, num_classes: Optional[int] = None, **kwargs: Any) -> 
 
 _BUILDER_KWARGS = ("pretrained_cfg", "pretrained_cfg_overlay", "feature_cfg")  # timm's builder takes these
 PID_GAINS = ("lambda_p", "lambda_i", "lambda_d", "beta")
+# counts and sizes: 0 or less builds nothing sensible (timm fails deep inside, or builds an empty stack)
+POSITIVE_ARCH = ("depth", "depths", "num_heads", "embed_dim", "patch_size", "img_size", "in_chans", "mlp_ratio",
+                 "num_classes", "num_layers", "width", "head_dim")
 
 
 def _init_params(cls: type) -> Set[str]:
@@ -123,6 +139,12 @@ def check_arch_kwargs(res: "ResolvedModel", kwargs: Dict[str, Any], num_classes:
     finite_kwargs(kwargs, res.alias)
     if not kwargs:
         return
+    for k, v in kwargs.items():
+        values = v if isinstance(v, (list, tuple)) else [v]
+        if k in POSITIVE_ARCH and any(isinstance(x, (int, float)) and not isinstance(x, bool) and x <= 0
+                                      for x in values):
+            raise UserError(f"model {res.alias!r} ({res.arch}): architecture argument {k}={v!r} must be > 0 (a count "
+                            f"or size of the network); fix --model-arg {k}=VALUE")
     try:
         with torch.device("meta"):
             cls = type(build_model(res.arch, num_classes=num_classes))
@@ -173,12 +195,13 @@ def load_model(
     check_arch_kwargs(res, kwargs, info.num_classes)
     try:
         net = build_model(res.arch, num_classes=info.num_classes, **kwargs)
-    except (TypeError, ValueError) as exc:
+    except Exception as exc:  # noqa: BLE001 - timm fails in many ways on bad sizes (RuntimeError, ...)
         if not arch_kwargs:
             raise
+        first = str(exc).strip().split("\n")[0][:200]
         raise UserError(f"model {res.alias!r} ({res.arch}): bad architecture argument(s) "
-                        f"{', '.join(f'{k}={v!r}' for k, v in arch_kwargs.items())}: {exc}. Fix the --model-arg / "
-                        f"--lambda-* value(s)") from None
+                        f"{', '.join(f'{k}={v!r}' for k, v in arch_kwargs.items())}: {type(exc).__name__}: {first}. "
+                        f"Fix the --model-arg / --lambda-* value(s)") from None
     ckinfo: Dict[str, Any] = {"checkpoint": None, "checkpoint_sha256": None, "checkpoint_name": "",
                               "checkpoint_published_hash": ""}
     if res.checkpoint is not None:

@@ -27,8 +27,9 @@ what was seen and what to try.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Callable, List, Optional
+import warnings
+from dataclasses import asdict, dataclass
+from typing import Any, Callable, List, Optional
 
 import pandas as pd
 
@@ -283,3 +284,23 @@ def format_findings(findings: List[Finding]) -> str:
     if not findings:
         return "diagnostics: no gradient-masking signs or broken-model signs found by the checks that ran"
     return "\n".join(["diagnostics:"] + [f"  [{f.severity}] {f.code}: {f.message}" for f in findings])
+
+
+class DiagnosticWarning(UserWarning):
+    """An ``[error]`` finding of :func:`diagnose` on a run ``rbp.evaluate`` just made (its numbers
+    are not to be trusted); the CLI prints the same finding after its table."""
+
+
+def attach_diagnostics(df: Any, records: pd.DataFrame, warn: bool = True) -> List[Finding]:
+    """The API's share of what ``evaluate`` prints: the findings on a run's ``records`` in
+    ``df.attrs["diagnostics"]`` (one dict per finding) and ``df.attrs["diagnostics_text"]``, each
+    ``[error]`` finding raised as a :class:`DiagnosticWarning` unless ``warn`` is False
+    (``rbp.evaluate(..., quiet=True)``)."""
+    findings = diagnose(records)
+    df.attrs["diagnostics"] = [asdict(f) for f in findings]
+    df.attrs["diagnostics_text"] = format_findings(findings)
+    if warn:
+        for f in findings:
+            if f.severity == "error":
+                warnings.warn(f"[error] {f.code}: {f.message}", DiagnosticWarning, stacklevel=3)
+    return findings

@@ -127,7 +127,7 @@ class Context:
         fmt = torch.channels_last if self.channels_last else torch.contiguous_format
         # iter() on this thread: starting a pass draws the loader's base seed from the global RNG
         loaded = without_worker_traceback(iter(self.loader()))  # a bad image in a worker: one-line error
-        host = _host_batches(plan, loaded)
+        host = _host_batches(plan, loaded, self.dataset, self.spec.dataset)
         workers = self.spec.num_workers > 0
         if workers:
             host = read_ahead(host, depth=max(per_span, default=1), name="chunk-reader")
@@ -171,11 +171,20 @@ class Context:
 HostBatch = Tuple[List[int], torch.Tensor, torch.Tensor]  # (dataset indices, images, labels) in host memory
 
 
-def _host_batches(plan: List[List[int]], loaded: Iterator[Any]) -> Iterator[HostBatch]:
-    """One loader pass, each batch checked complete."""
-    for idx, (x, y) in zip(plan, loaded):
+def _host_batches(plan: List[List[int]], loaded: Iterator[Any], dataset: Any = None,
+                  name: str = "") -> Iterator[HostBatch]:
+    """One loader pass, each batch checked complete and its images in [0, 1] (one min/max per
+    batch, on the host: every batch, not the first only, before any of its records exist)."""
+    from .input_checks import RANGE_FIX_DATASET, RANGE_FIX_OBJECT, check_range
+
+    from_object = hasattr(dataset, "content_sha256")  # data= (ObjectData): the caller's images
+    ids = getattr(dataset, "sample_ids", None)
+    for k, (idx, (x, y)) in enumerate(zip(plan, loaded)):
         if len(y) != len(idx):
             raise RuntimeError(f"data loader returned {len(y)} of {len(idx)} samples of batch {idx[:3]}...")
+        check_range(x, f"dataset {name!r}, batch {k + 1} (positions {idx[0]}..{idx[-1]})",
+                    [ids[i] for i in idx] if ids is not None else idx,
+                    fix=RANGE_FIX_OBJECT if from_object else RANGE_FIX_DATASET)
         yield idx, x, y
 
 
@@ -276,9 +285,11 @@ def prepare(spec: RunSpec, model: Optional[torch.nn.Module] = None, data: Any = 
                           model_info={k: v for k, v in model.info.items() if v is not None})
     else:
         ds = data
-    if model.info.get("num_classes") is None or model.info.get("input_size") is None:
-        from .objects import complete_info
+    from .objects import complete_info, is_object
 
+    if is_object(model) or data is not None:  # a caller's module or data: one probe on two samples (input_checks)
+        complete_info(model, ds[0][0], device, need_grad=_gradient_attacks(spec), second=ds[min(1, len(ds) - 1)][0])
+    elif model.info.get("num_classes") is None or model.info.get("input_size") is None:
         complete_info(model, ds[0][0], device)
     n = len(ds) if spec.limit is None else min(spec.limit, len(ds))
     if n == 0:
@@ -306,5 +317,13 @@ def prepare(spec: RunSpec, model: Optional[torch.nn.Module] = None, data: Any = 
                         f"give a model for this dataset (or num_classes= / a matching head)")
     if data is not None and getattr(data, "max_label", -1) >= classes:
         raise UserError(f"data= has labels up to {data.max_label} but the model outputs {classes} classes; "
-                        f"labels must be 0..{classes - 1}")
+                        f"labels must be class indices 0..{classes - 1}: give labels for this model's classes, or "
+                        f"a model with a matching head")
     return ctx
+
+
+def _gradient_attacks(spec: RunSpec) -> bool:
+    """Does the run differentiate the model (so a model object must keep a gradient path)?"""
+    from ..attacks import get_attack
+
+    return spec.benchmark == "adversarial" and any(get_attack(a.attack).uses_gradients for a in spec.attacks)

@@ -17,12 +17,14 @@ import copy
 import hashlib
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+import numpy as np
 import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset, IterableDataset, TensorDataset
 
-from ..errors import UserError
+from ..errors import UserError, without_worker_traceback
 from ..models.wrapper import Normalized
+from .input_checks import as_tensor, check_labels, check_layout, check_range, meta_tensors, probe_model
 
 
 def _class_name(obj: Any) -> str:
@@ -57,6 +59,13 @@ def wrap_model(obj: Any, mean: Optional[Sequence[float]] = None, std: Optional[S
     if (mean is None) != (std is None):
         raise UserError("give both mean= and std= (the normalisation to wrap in front of the model), or neither")
     src = _uncompiled(obj)
+    if meta_tensors(src):
+        raise UserError(f"the model ({type(src).__name__}) has parameters on the meta device (shapes without data, "
+                        f"e.g. built under torch.device('meta')): materialise and load its weights first "
+                        f"(model.to_empty(device='cpu'), then model.load_state_dict(...))")
+    if num_classes is not None and (isinstance(num_classes, bool) or not isinstance(num_classes, int)
+                                    or num_classes < 1):
+        raise UserError(f"num_classes must be a whole number >= 1, got {num_classes!r}")
     if isinstance(src, Normalized) and mean is None:
         model = copy.deepcopy(src)  # already takes [0, 1] pixels and knows its normalisation
         old = dict(getattr(src, "info", {}) or {})
@@ -95,18 +104,21 @@ def _list(v: Any) -> Optional[List[Any]]:
     return list(v) if v is not None else None
 
 
-def complete_info(model: Normalized, sample: torch.Tensor, device: torch.device) -> None:
-    """Fill ``input_size`` and (by a forward pass on one sample) ``num_classes``."""
+def is_object(model: Any) -> bool:
+    """Is this the copy of a caller's model object (not a registered model built for its data)?"""
+    return str((getattr(model, "info", None) or {}).get("checkpoint") or "").startswith("object:")
+
+
+def complete_info(model: Normalized, sample: torch.Tensor, device: torch.device, need_grad: bool = False,
+                  second: Optional[torch.Tensor] = None) -> None:
+    """Fill ``input_size`` and ``num_classes`` of a model object (or check a registered model on a
+    caller's data), checking its output on a probe batch of two samples (``sample`` and ``second``, default ``sample`` twice): see
+    :func:`input_checks.probe_model`."""
     info = model.info
     if info.get("input_size") is None:
         info["input_size"] = list(sample.shape)
-    if info.get("num_classes") is None:
-        with torch.inference_mode():
-            out = model(sample.unsqueeze(0).to(device).float())
-        if not isinstance(out, torch.Tensor) or out.dim() != 2:
-            raise UserError(f"the model returned {type(out).__name__} {tuple(getattr(out, 'shape', ()))} for one image; "
-                            f"it must return logits of shape (batch, classes)")
-        info["num_classes"] = int(out.shape[1])
+    images = torch.stack([sample, sample if second is None else second]).float()
+    info["num_classes"] = probe_model(model, images, device, info.get("num_classes"), need_grad)
 
 
 class ObjectData(Dataset):
@@ -125,18 +137,18 @@ class ObjectData(Dataset):
         self.base = base
         self.sample_ids: List[str] = [str(i) for i in range(n)]
         hx, hy = hashlib.sha256(), hashlib.sha256()  # images, labels: the same whatever the read batch
-        max_label, shape = -1, None
+        max_label, shape, seen = -1, None, 0
         loader = DataLoader(_Items(base), batch_size=max(1, read_batch), shuffle=False, num_workers=workers)
-        for x, y in loader:
+        # every batch checked: a min/max and the labels (cheap next to hashing)
+        for x, y in without_worker_traceback(loader):
             if shape is None:
                 shape = list(x.shape[1:])
-                lo, hi = float(x.min()), float(x.max())
-                if lo < -1e-6 or hi > 1 + 1e-6:
-                    raise UserError(f"data= images must be float tensors in [0, 1] (got values in [{lo:.3g}, {hi:.3g}]); "
-                                    f"leave normalisation to the model: pass mean=/std= to wrap it")
+            check_range(x, "data=", offset=seen)
+            check_labels(y, "data=", offset=seen)
             hx.update(x.contiguous().numpy().tobytes())
             hy.update(y.to(torch.int64).numpy().tobytes())
             max_label = max(max_label, int(y.max()))
+            seen += len(y)
         self.content_sha256 = hashlib.sha256((hx.hexdigest() + hy.hexdigest()).encode()).hexdigest()
         self.max_label = max_label
         self.sample_shape = shape or []
@@ -165,11 +177,25 @@ def _item(item: Any, i: int) -> Tuple[torch.Tensor, int]:
     if not (isinstance(item, (tuple, list)) and len(item) >= 2):
         raise UserError(f"data= item {i} is a {type(item).__name__}; each item must be (image, label)")
     x, y = item[0], item[1]
-    x = torch.as_tensor(x)
-    if x.dim() != 3 or not x.is_floating_point():
-        raise UserError(f"data= item {i}: the image must be a float tensor C x H x W in [0, 1], "
-                        f"got {x.dtype} of shape {tuple(x.shape)}")
-    return x.float(), int(y)
+    if not isinstance(x, (torch.Tensor, np.ndarray)):
+        raise UserError(f"data= item {i}: the image is a {type(x).__name__}; give a float tensor C x H x W in [0, 1] "
+                        f"(e.g. torchvision.transforms.ToTensor() for a PIL image)")
+    x = as_tensor(x, f"data= item {i}: the image")
+    check_layout(x, f"data= item {i}: the image")
+    return x.float(), _label(y, i)
+
+
+def _label(y: Any, i: int) -> int:
+    """One whole class index >= 0 (its upper bound is the model's: checked in ``prepare``)."""
+    if isinstance(y, (torch.Tensor, np.ndarray)):
+        if (y.size if isinstance(y, np.ndarray) else y.numel()) != 1:
+            raise UserError(f"data= item {i}: the label has shape {tuple(y.shape)}; give one class index per image")
+        y = y.item()
+    if isinstance(y, (bool, np.bool_)) or not isinstance(y, (int, float, np.integer, np.floating)):
+        raise UserError(f"data= item {i}: the label is {y!r}; give an integer class index")
+    t = torch.tensor([float(y)]) if isinstance(y, (float, np.floating)) else torch.tensor([int(y)])
+    check_labels(t, "data=", offset=i)
+    return int(y)
 
 
 def as_data(data: Any, name: str) -> Tuple[ObjectData, Dict[str, Any]]:
@@ -184,11 +210,13 @@ def as_data(data: Any, name: str) -> Tuple[ObjectData, Dict[str, Any]]:
                           hints.get("batch_size", 64), data.num_workers), hints
     if isinstance(data, Dataset):
         return ObjectData(data, f"Dataset {type(data).__name__}", name), hints
-    if isinstance(data, (tuple, list)) and len(data) == 2 and all(isinstance(t, torch.Tensor) for t in data):
-        x, y = data
+    if isinstance(data, (tuple, list)) and len(data) == 2 and all(isinstance(t, (torch.Tensor, np.ndarray))
+                                                                  for t in data):
+        x, y = as_tensor(data[0], "data=(x, y): x"), as_tensor(data[1], "data=(x, y): y")  # numpy: converted
         if x.dim() != 4 or y.dim() != 1 or len(x) != len(y):
             raise UserError(f"data=(x, y) needs x of shape (N, C, H, W) and y of shape (N,); "
                             f"got {tuple(x.shape)} and {tuple(y.shape)}")
+        check_layout(x, "data=(x, y): x")
         return ObjectData(TensorDataset(x.detach().cpu(), y.detach().cpu()), "tensors", name), hints
     raise UserError(f"data= must be a torch Dataset of (image, label), a DataLoader, or tensors (x, y); "
                     f"got {type(data).__name__}")
