@@ -79,9 +79,10 @@ def pap_sparse(k: torch.Tensor, v: torch.Tensor, iterations: int, lam: float, co
     return low, s, kc
 
 
-def _pid_metrics(attn: nn.Module, state: Any, probs: torch.Tensor, v: torch.Tensor) -> Dict[str, torch.Tensor]:
-    """The controller's error norm and each term's share, computed from the state *before* the layer
-    updates it (the pre-hook runs first), exactly as ``pid_vit.pid_control`` combines them."""
+def pid_terms(attn: nn.Module, state: Any, probs: torch.Tensor, v: torch.Tensor) -> Dict[str, torch.Tensor]:
+    """The layer's four output terms and its error e^l, from the controller state *before* the layer
+    updates it (the pre-hook runs first), as ``pid_vit.pid_control`` forms them (a test adds them up
+    and gets the module's output)."""
     g = attn.gains
     ref = state.reference if state.reference is not None else g.beta * v
     e = ref - v
@@ -90,10 +91,15 @@ def _pid_metrics(attn: nn.Module, state: Any, probs: torch.Tensor, v: torch.Tens
         d_term = g.lambda_d * (e - state.prev_error)
     else:
         d_term = g.lambda_d * e if g.first_derivative == "zero-error" else torch.zeros_like(e)
-    terms = {"attn": probs.to(v.dtype) @ v, "p": g.lambda_p * e, "i": g.lambda_i * e_sum, "d": d_term}
-    norms = {t: frob(val) for t, val in terms.items()}
+    return {"attn": probs.to(v.dtype) @ v, "p": g.lambda_p * e, "i": g.lambda_i * e_sum, "d": d_term, "error": e}
+
+
+def _pid_metrics(attn: nn.Module, state: Any, probs: torch.Tensor, v: torch.Tensor) -> Dict[str, torch.Tensor]:
+    """||e^l|| and each term's share of the sum of the four terms' norms."""
+    terms = pid_terms(attn, state, probs, v)
+    norms = {t: frob(terms[t]) for t in PID_TERMS}
     total = sum(norms.values())
-    out = {"pid_error_norm": frob(e)}
+    out = {"pid_error_norm": frob(terms["error"])}
     for t in PID_TERMS:
         out[f"pid_share_{t}"] = norms[t] / total.clamp_min(torch.finfo(torch.float64).tiny)
     return out
