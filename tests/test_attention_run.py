@@ -12,8 +12,8 @@ import pytest
 
 import robustbench_pid as rbp
 from robustbench_pid.errors import UserError
-from robustbench_pid.results.attention import (last_layer, load_attention, paired_attention,
-                                               summarize_attention)
+from robustbench_pid.results.attention import (last_layer, load_attention, paired_attention, summarize_attention,
+                                               with_shift_gain)
 from robustbench_pid.results.attention_report import attention_markdown, verdict
 from robustbench_pid.results.merge import finalize_run
 from robustbench_pid.run.spec_builder import build_spec
@@ -105,7 +105,12 @@ def test_summary_intervals_and_paired_comparison(runs):
     assert row["delta"] == pytest.approx(row["mean_b"] - row["mean_a"])
     assert row["ci_low"] <= row["delta"] <= row["ci_high"] and 0 < row["p_wilcoxon"] <= 1
     lines = verdict(df, n_boot=200)
-    assert len(lines) == 4 and all("PID" in ln for ln in lines)  # 2 eps x (shift, token similarity)
+    assert len(lines) == 8 and all("PID" in ln for ln in lines)  # 2 eps x 4 claims
+    gain = with_shift_gain(df)
+    g = gain[(gain["metric"] == "shift_gain") & (gain["model"] == "deit")].iloc[0]
+    sh = df[(df["metric"] == "shift") & (df["model"] == "deit") & (df["sample_id"] == g["sample_id"])
+            & (df["eps"] == g["eps"])].set_index("layer")["value"]
+    assert g["layer"] == 4 and g["value"] == pytest.approx(sh[4] / sh[0])
     assert "Last layer" in attention_markdown(df, n_boot=200)
 
 

@@ -41,6 +41,9 @@ METRICS: Dict[str, tuple] = {
     "pid_share_d": ("share of lD (e^l - e^{l-1})", "PIDformer"),
     "pap_sparse_norm": ("||S|| of the sparse part PAP removes from the keys", "RPC: PAP removes the corruption"),
     "pap_sparse_fraction": ("||S|| / ||K||", "RPC: PAP removes the corruption"),
+    # derived by with_shift_gain, not recorded: the perturbation's growth through the whole block stack
+    "shift_gain": ("shift at the last layer / shift at layer 0 (embeddings), per sample",
+                   "PIDformer: PID damps the perturbation through depth"),
 }
 GROUP = ["run_id", "model", "attack", "eps", "settings_id", "layer", "metric"]
 
@@ -92,6 +95,22 @@ def summarize_attention(df: pd.DataFrame) -> pd.DataFrame:
     half = Z95 * out["sd"].fillna(0.0) / np.sqrt(out["n"].clip(lower=1))
     out["ci_low"], out["ci_high"] = out["value"] - half, out["value"] + half
     return out[GROUP + ["value", "ci_low", "ci_high", "sd", "n", "note"]]
+
+
+def with_shift_gain(df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` plus ``shift_gain`` rows (at each model's last layer): per sample, the last layer's shift over
+    the embeddings' (layer 0) shift; > 1 means the blocks amplified the perturbation, < 1 damped it.
+    Only for samples the attack moved (layer-0 shift > 0); the clean condition has none."""
+    s = df[(df["metric"] == "shift") & (df["attack"] != "clean") & df["moved"].astype(bool)]
+    if s.empty or "shift_gain" in set(df["metric"]):
+        return df
+    top = s.groupby("run_id")["layer"].transform("max")
+    last, first = s[s["layer"] == top], s[s["layer"] == 0]
+    keys = ["run_id", "attack", "eps", "settings_id", "sample_id"]
+    m = last.merge(first[keys + ["value"]], on=keys, suffixes=("", "_0"))
+    m = m[m["value_0"] > 0]
+    gain = m.assign(metric="shift_gain", value=m["value"] / m["value_0"]).drop(columns="value_0")
+    return pd.concat([df, gain], ignore_index=True)
 
 
 def last_layer(summary: pd.DataFrame, metric: str = "shift") -> pd.DataFrame:

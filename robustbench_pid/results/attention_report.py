@@ -4,9 +4,10 @@ Tables: per model and condition, the last layer's shift, token similarity and ef
 intervals; per pair of models, the paired comparison of the shift and the token similarity at every
 layer on the same samples (Wilcoxon signed-rank p, paired-bootstrap interval). A plain verdict on the
 PIDformer claims is stated when the runs hold a PID model (it has ``pid_*`` rows) and a model without
-PID: "PID damps the perturbation" holds at a condition when the PID model's last-layer shift is lower
-and the paired difference is significant; "PID keeps token diversity" when its last-layer token
-similarity under attack is lower, significantly. Pandas only.
+PID: "PID damps the perturbation" holds at a condition when the PID model's last-layer shift (and, through
+depth, its gain: last-layer shift / embedding shift) is lower and the paired difference is significant;
+"PID keeps token diversity" when its last-layer token similarity under attack is lower (or its effective
+rank higher), significantly; "contradicts" when significantly the other way. Pandas only.
 """
 from __future__ import annotations
 
@@ -17,13 +18,18 @@ from typing import Any, Dict, List, Optional, Tuple
 import pandas as pd
 
 from ..labels import eps_text
-from .attention import METRICS, attention_of_runs, last_layer, paired_attention, summarize_attention
+from .attention import (METRICS, attention_of_runs, last_layer, paired_attention, summarize_attention,
+                        with_shift_gain)
 from .attention_plots import _norms, attention_figures
 from .plots import figure_bytes
 from .render import Table, fmt_p, render_html, render_markdown
 
 TITLE = "Inside the model under attack"
-CLAIM_METRICS = ("shift", "token_similarity")
+# metric -> (the claim, +1 if the claim means a higher value for PID, -1 a lower one)
+CLAIMS = {"shift": ("PID damps the perturbation", -1),
+          "shift_gain": ("PID damps the perturbation through depth", -1),
+          "token_similarity": ("PID keeps token diversity (token similarity)", -1),
+          "effective_rank": ("PID keeps token diversity (effective rank)", +1)}
 
 
 def _v(v: float, lo: float, hi: float) -> str:
@@ -36,8 +42,8 @@ def _cond(attack: str, eps: float, norms: Dict[str, str]) -> str:
 
 def last_layer_table(df: pd.DataFrame) -> Table:
     """Per model and condition: the last layer's shift, token similarity and effective rank."""
-    summary, norms = summarize_attention(df), _norms(df)
-    parts = {m: last_layer(summary, m) for m in ("shift", "token_similarity", "effective_rank")}
+    summary, norms = summarize_attention(with_shift_gain(df)), _norms(df)
+    parts = {m: last_layer(summary, m) for m in ("shift", "shift_gain", "token_similarity", "effective_rank")}
     base = parts["shift"][["model", "attack", "eps", "layer", "n"]]
     rows = []
     for r in base.itertuples(index=False):
@@ -46,17 +52,19 @@ def last_layer_table(df: pd.DataFrame) -> Table:
             hit = p[(p["model"] == r.model) & (p["attack"] == r.attack) & (p["eps"] == r.eps)]
             row[m] = _v(*hit[["value", "ci_low", "ci_high"]].iloc[0]) if len(hit) else "—"
         rows.append(row)
-    return Table(pd.DataFrame(rows), "Last layer: representation shift, token similarity, effective rank",
+    return Table(pd.DataFrame(rows), "Last layer: representation shift (and its gain over the embeddings), token similarity, effective rank",
                  ["mean [95% normal interval]; clean: all samples; an attack: the samples it moved",
-                  "shift = ||h(x_adv) - h(x)|| / ||h(x)|| (0 on clean by definition)"])
+                  "shift = ||h(x_adv) - h(x)|| / ||h(x)|| (0 on clean by definition); shift_gain = last-layer shift / "
+                  "embedding (layer 0) shift per sample (> 1: the blocks amplify the perturbation)"])
 
 
 def paired_tables(df: pd.DataFrame, n_boot: int = 1000) -> List[Tuple[Table, pd.DataFrame]]:
     """For every pair of models and each claim metric: the per-layer paired comparison (attacks only)."""
     norms, out = _norms(df), []
     models = sorted(df["model"].astype(str).unique())
+    df = with_shift_gain(df)
     for a, b in combinations(models, 2):
-        for metric in CLAIM_METRICS:
+        for metric in CLAIMS:
             c = paired_attention(df, a, b, metric, n_boot=n_boot)
             c = c[c["attack"] != "clean"] if len(c) else c
             if c.empty:
@@ -78,15 +86,16 @@ def verdict(df: pd.DataFrame, n_boot: int = 1000) -> List[str]:
     pid = set(df.loc[df["metric"].str.startswith("pid_"), "model"].astype(str))
     other = sorted(set(df["model"].astype(str)) - pid)
     norms, lines = _norms(df), []
+    df = with_shift_gain(df)
     for p in sorted(pid):
         for o in other:
-            for metric, claim in (("shift", "PID damps the perturbation"), ("token_similarity", "PID keeps token diversity")):
+            for metric, (claim, sign) in CLAIMS.items():
                 c = paired_attention(df, o, p, metric, n_boot=n_boot)
                 c = c[c["attack"] != "clean"]
                 for (attack, eps), g in c.groupby(["attack", "eps"], sort=True):
                     r = g[g["layer"] == g["layer"].max()].iloc[0]
-                    holds = r["delta"] < 0 and r["significant"]
-                    against = r["delta"] > 0 and r["significant"]
+                    holds = sign * r["delta"] > 0 and r["significant"]
+                    against = sign * r["delta"] < 0 and r["significant"]
                     word = "agrees" if holds else ("contradicts" if against else "is not supported (no significant difference)")
                     lines.append(f"{_cond(attack, eps, norms)}, last layer {int(r['layer'])}: {metric} {p} {r['mean_b']:.4g} vs "
                                  f"{o} {r['mean_a']:.4g} (Δ {r['delta']:+.4g} [{r['ci_low']:+.4g}, {r['ci_high']:+.4g}], "
