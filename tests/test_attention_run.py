@@ -134,3 +134,18 @@ def test_dry_run_states_the_extra_pass(tmp_path):
     clean_line = next(ln for ln in out.stdout.splitlines() if " clean " in ln)
     assert clean_line.split()[6] == "2"  # the clean pass + the probe's pass
     assert not (tmp_path / "d").exists()
+
+
+def test_sharded_run_gives_the_same_attention_file(runs, tmp_path):
+    """Shards split a chunk's clean and attack units between processes: an attack unit without its chunk's
+    clean representations recomputes them, and merge assembles the same rows as the single-process run."""
+    out = tmp_path / "sharded"
+    from robustbench_pid.run.runner import run
+
+    for shard in ("0/2", "1/2"):  # the second shard to finish assembles the folder
+        run(build_spec("deit", analyze="attention", out=out, shard=shard, **RUN))
+    key = ["attack", "eps", "sample_id", "layer", "metric"]
+    a = pd.read_parquet(out / "attention.parquet").sort_values(key).reset_index(drop=True)
+    b = pd.read_parquet(runs / "deit" / "attention.parquet").sort_values(key).reset_index(drop=True)
+    assert len(a) == len(b)
+    np.testing.assert_allclose(a["value"].to_numpy(), b["value"].to_numpy(), rtol=1e-6, atol=1e-9)
