@@ -149,3 +149,13 @@ def test_sharded_run_gives_the_same_attention_file(runs, tmp_path):
     b = pd.read_parquet(runs / "deit" / "attention.parquet").sort_values(key).reset_index(drop=True)
     assert len(a) == len(b)
     np.testing.assert_allclose(a["value"].to_numpy(), b["value"].to_numpy(), rtol=1e-6, atol=1e-9)
+
+
+def test_a_model_without_blocks_is_refused_before_anything_is_written(tmp_path):
+    import torch
+
+    net = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(3 * 32 * 32, 10))
+    data = (torch.rand(4, 3, 32, 32), torch.tensor([0, 1, 2, 3]))
+    with pytest.raises(UserError, match="Sequential has none: drop --analyze attention"):
+        rbp.evaluate(net, attack="pgd", eps="2/255", data=data, analyze="attention", out=tmp_path / "x", quiet=True)
+    assert not (tmp_path / "x" / "plan.json").exists()

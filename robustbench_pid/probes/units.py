@@ -24,7 +24,7 @@ NAME = "attention"
 
 
 def enabled(ctx: Any) -> bool:
-    return NAME in (getattr(ctx.spec, "analyze", None) or ())
+    return NAME in (getattr(getattr(ctx, "spec", None), "analyze", None) or ())
 
 
 def _clean_cache(ctx: Any, unit: Unit) -> Dict[Tuple[str, int], Dict[int, torch.Tensor]]:
@@ -59,6 +59,17 @@ def probe_batches(ctx: Any, unit: Unit, batches: Iterable[Any]) -> Iterator[Any]
         yield b
     if frames:
         ctx.sidecars[unit.key] = {NAME: pd.concat(frames, ignore_index=True)}
+
+
+def check_model(ctx: Any) -> None:
+    """--analyze attention needs transformer blocks (``model.blocks`` or ``model.net.blocks``)."""
+    from ..errors import UserError
+
+    net = getattr(ctx.model, "net", ctx.model)
+    blocks = getattr(net, "blocks", None)
+    if not isinstance(blocks, torch.nn.ModuleList) or len(blocks) == 0:
+        raise UserError(f"--analyze attention reads the transformer blocks of a ViT-like model (`model.blocks`); "
+                        f"{type(net).__name__} has none: drop --analyze attention for this model")
 
 
 def extra_passes(ctx: Any, unit: Unit) -> float:

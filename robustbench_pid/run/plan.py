@@ -36,6 +36,10 @@ def plan_units(ctx: Any) -> List[Unit]:
     """The benchmark's units with their keys (a benchmark planning one unit twice is a bug)."""
     from ..benchmarks import get_benchmark  # the benchmarks package imports torch; merge never plans
 
+    if getattr(ctx.spec, "analyze", None):
+        from ..probes.units import check_model
+
+        check_model(ctx)  # before anything is written: a model the probe cannot read is refused here
     units = get_benchmark(ctx.spec.benchmark).plan(ctx)
     units = [replace(u, key=unit_key(ctx, u)) for u in units]
     seen: Dict[str, Unit] = {}
