@@ -67,7 +67,7 @@ def check_model(ctx: Any) -> None:
 
     net = getattr(ctx.model, "net", ctx.model)
     blocks = getattr(net, "blocks", None)
-    if not isinstance(blocks, torch.nn.ModuleList) or len(blocks) == 0:
+    if not isinstance(blocks, (torch.nn.ModuleList, torch.nn.Sequential)) or len(blocks) == 0:
         raise UserError(f"--analyze attention reads the transformer blocks of a ViT-like model (`model.blocks`); "
                         f"{type(net).__name__} has none: drop --analyze attention for this model")
 
