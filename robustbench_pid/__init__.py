@@ -17,6 +17,7 @@ _LAZY = {
     "load_model": "models",
     "load_dataset": "data",
     "load_records": "results.store",
+    "load_attention": "results.attention",
     "load_results": "results.store",
     "evaluate": "api",
     "attack": "api",

@@ -7,6 +7,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 PROTOCOLS = ("standard", "paper")
 PRECISIONS = ("fp32", "bf16", "fp16")  # of the attack's forward/backward passes (verdicts are always fp32)
+ANALYSES = ("attention",)  # --analyze: probes run on the attack's final points (robustbench_pid/probes/)
 
 
 @dataclass(frozen=True)
@@ -69,8 +70,11 @@ class RunSpec:
     shard: Optional[str] = None  # "i/n"
     quiet: bool = False
     arch_kwargs: Dict[str, Any] = field(default_factory=dict)
+    analyze: List[str] = field(default_factory=list)  # ANALYSES names; part of every unit key when set
 
     def as_dict(self) -> Dict[str, Any]:
         d = asdict(self)
         d["out"] = str(self.out) if self.out else None
+        if not d["analyze"]:
+            del d["analyze"]  # folders of runs without an analysis keep their names
         return d

@@ -115,7 +115,7 @@ RUN = "robustbench_pid.run"
 RESULTS = "robustbench_pid.results"
 HEAVY = {"torch", "timm", "torchvision"}
 # the plug-in folders and the run machinery: all of them may load torch
-TORCH_SIDE = tuple(f"robustbench_pid.{p}" for p in ("run", "attacks", "benchmarks", "models", "loaders", "data"))
+TORCH_SIDE = tuple(f"robustbench_pid.{p}" for p in ("run", "attacks", "benchmarks", "models", "loaders", "data", "probes"))
 # the one lazy reach across the boundary: conditions fills the attack columns of results written before those
 # columns existed from the attack registry, inside a function, only for such old results
 LAZY_EXCEPTIONS = {("robustbench_pid.results.conditions", "robustbench_pid.attacks")}

@@ -173,7 +173,9 @@ class Adversarial(Benchmark):
         return units
 
     def batches(self, ctx: Any, unit: Unit) -> Iterator[AttackedBatch]:
-        return attack_batches(ctx, unit)
+        from ..probes.units import probe_batches  # --analyze: one hooked forward pass on each batch's final points
+
+        return probe_batches(ctx, unit, attack_batches(ctx, unit))
 
     def records(self, ctx: Any, unit: Unit, b: AttackedBatch) -> Dict[str, Column]:
         y, c1, c5 = b.y, b.clean_correct_top1, b.clean_correct_top5

@@ -59,6 +59,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     b.add_argument("--bench-opt", action="append", default=[], metavar="KEY=VALUE",
                    help="benchmark setting (repeatable), e.g. n_images=100 for rank-collapse or "
                         "corruptions=[\"fog\"] for corruptions; values parsed as JSON when possible")
+    b.add_argument("--analyze", action="append", default=[], metavar="NAME",
+                   help="attention: per-layer metrics of the clean and attacked points (one extra forward pass per "
+                        "sample and condition) into attention.parquet; see docs/benchmarks.md")
     r = p.add_argument_group("running")
     r.add_argument("--out", type=Path, help="run folder (default: results/<model>_<dataset>_<what>_<protocol>_<hash>)")
     r.add_argument("--batch-size", type=int, default=128, help="images per batch; 0 = largest that fits (GPU only)")

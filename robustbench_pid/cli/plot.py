@@ -25,8 +25,13 @@ def run(args: argparse.Namespace) -> int:
     from ..results.inputs import load_inputs
     from ..results.plots import write_plots
 
-    paths, notes = write_plots(load_inputs(args.results, ce_baseline=args.ce_baseline), args.out,
-                               formats=args.format or ("png", "svg"))
+    inp = load_inputs(args.results, ce_baseline=args.ce_baseline)
+    paths, notes = write_plots(inp, args.out, formats=args.format or ("png", "svg"))
+    from ..results.attention import attention_of_runs  # runs with --analyze attention: their own figures
+    from ..results.attention_plots import write_attention_plots
+
+    more, why = write_attention_plots(attention_of_runs(inp.runs), args.out, formats=args.format or ("png", "svg"))
+    paths, notes = paths + more, notes + (why if any((r.get("spec") or {}).get("analyze") for r in inp.runs) else [])
     for p in paths:
         print(f"wrote {p}")
     for n in notes:

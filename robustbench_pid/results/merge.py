@@ -20,6 +20,7 @@ from ..errors import UserError
 from .integrity import BAD_META, MISMATCH, UNVERIFIED, raise_bad_unit, read_unit_bytes, warn_unverified
 from .units import unit_from_dict, unit_label
 from .store import summarize
+from .sidecars import merge_sidecars
 from .run_files import (HOST, atomic_write_bytes, now, pid_alive, proc_start, read_json, run_lock, unit_done,
                         write_json, write_parquet_atomic)
 from ..specs import Unit
@@ -142,6 +143,7 @@ def finalize_run(out: Path, expected_plan: Optional[str] = None) -> pd.DataFrame
         # each record says what was measured: precision and the condition's identity (conditions.py)
         records = add_identity(records.assign(precision=str(plan["provenance"].get("precision") or "fp32")))
         summary = summarize(records)
+        merge_sidecars(out, units, metas, records)  # e.g. attention.parquet (--analyze), before "complete"
         shards = [mark_dead(s) for s in (read_json(p) for p in sorted((out / "shards").glob("*.json")))
                   if s and s.get("plan_hash") == plan["plan_hash"]]
         prov = dict(plan["provenance"])

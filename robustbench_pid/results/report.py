@@ -20,6 +20,7 @@ import pandas as pd
 
 from ..version import __version__
 from .comparisons import compare_models
+from .attention_report import attention_section
 from .diagnostics import diagnose
 from .inputs import AGGREGATE_METRICS, Inputs, as_inputs, attack_norms
 from ..labels import eps_text
@@ -199,6 +200,7 @@ def build_report(data: Any, title: str = "Robustness report", n_boot: int = 1000
             notes.append(f"rank_collapse: skipped ({why})")
     sections.append("<h2>Plots</h2>" + "".join(plot_html) +
                     ("<ul class='notes'>" + "".join(f"<li>{_esc(n)}</li>" for n in notes) + "</ul>" if notes else ""))
+    sections.append(attention_section(inp, n_boot))  # "" unless a run has attention.parquet (--analyze attention)
     diag, _ = diagnostics_section(inp)
     sections.append("<h2>Gradient-masking diagnostics</h2>" + diag)
     sections.append("<h2>Provenance</h2>" + provenance_section(inp.runs, attack_norms(inp.rows)))

@@ -64,6 +64,8 @@ class Context:
     _loader: Optional[DataLoader] = field(default=None, repr=False)
     _held: Dict[Span, List[Batch]] = field(default_factory=dict, repr=False)  # the chunk on the device
     _streaming: bool = field(default=False, repr=False)
+    # unit key -> {name: frame}: a unit's extra files (e.g. ``attention``), written beside its records
+    sidecars: Dict[str, Dict[str, Any]] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         if not self.batch_size:

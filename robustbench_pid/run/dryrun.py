@@ -25,8 +25,10 @@ from ..specs import Unit
 def unit_passes(ctx: Context, u: Unit) -> Tuple[float, float]:
     """(forward-only, forward+backward) passes per sample for a unit if every sample is attacked to
     the end (early stopping and skipped samples lower it)."""
+    from ..probes.units import extra_passes
+
     f, b = get_benchmark(u.benchmark).passes(ctx, u)
-    return float(f), float(b)
+    return float(f) + extra_passes(ctx, u), float(b)
 
 
 def calibrate(ctx: Context, reps: int = 3) -> Tuple[float, float]:
@@ -109,6 +111,9 @@ def dry_run(ctx: Context, out: Path, units: List[Unit], mine: List[Unit], shard:
           f"forward+backward image-passes, about {_fmt_s(tot['est'])} at {where}")
     if n > 1:
         print(f"this shard ({i}/{n}): {len(mine)} units, {mine_tot['todo']} to do, about {_fmt_s(mine_tot['est'])}")
+    if spec.analyze:
+        print(f"--analyze {','.join(spec.analyze)}: +1 forward pass with hooks per sample and condition on the "
+              f"attack's final points (no extra attack), included in fwd/img above")
     basis = "the given rates" if spec.calibration is not None else "one calibration batch"
     print(f"this is an estimate from {basis}, not a bound: early stopping and samples not attacked "
           "make a run shorter, per-unit overheads and data loading make it longer (measured error on real runs: "

@@ -26,6 +26,7 @@ def unit_key(ctx: Any, u: Unit) -> str:
         "dataset": ctx.spec.dataset, "split": ctx.spec.split, "protocol": ctx.spec.protocol,
         "seed": ctx.spec.seed, "batch_size": ctx.batch_size, "precision": ctx.spec.precision,
         "bench_opts": ctx.spec.benchmark_options,
+        **({"analyze": sorted(ctx.spec.analyze)} if ctx.spec.analyze else {}),  # units then write more files
         # data objects (rbp.evaluate(data=...)) are known by their content, not by a name
         **({"data_sha256": ctx.dataset.content_sha256} if getattr(ctx.dataset, "content_sha256", None) else {}),
     })
@@ -35,6 +36,10 @@ def plan_units(ctx: Any) -> List[Unit]:
     """The benchmark's units with their keys (a benchmark planning one unit twice is a bug)."""
     from ..benchmarks import get_benchmark  # the benchmarks package imports torch; merge never plans
 
+    if getattr(ctx.spec, "analyze", None):
+        from ..probes.units import check_model
+
+        check_model(ctx)  # before anything is written: a model the probe cannot read is refused here
     units = get_benchmark(ctx.spec.benchmark).plan(ctx)
     units = [replace(u, key=unit_key(ctx, u)) for u in units]
     seen: Dict[str, Unit] = {}

@@ -62,6 +62,7 @@ from .dryrun import dry_run
 from ..results.integrity import BAD_META, CHECKSUM_KEY, MISMATCH, UNVERIFIED, problem, read_unit_bytes, warn, warn_unverified
 from .launcher import TORCHRUN, Launch, launch
 from ..results.merge import finalize_run
+from ..results.sidecars import write_sidecars
 from ..results.units import short_label, unit_label, unit_to_dict
 from .plan import PLAN_VERSION, plan_hash, plan_units, shard_units
 from .provenance import check_same_model, device_name, run_provenance
@@ -283,9 +284,10 @@ def _write_unit(ctx: Context, u: Unit, recs: pd.DataFrame, units_dir: Path, seco
                 claims: Optional[Claims] = None) -> None:
     """Records, then metadata (each atomic and fsync'ed): the unit is done once both exist."""
     try:
+        sides = write_sidecars(units_dir, u.key, ctx.sidecars.pop(u.key, {}))  # before the unit counts as done
         digest = write_parquet_atomic(recs, units_dir / f"{u.key}.parquet")
         write_json(units_dir / f"{u.key}.json", durable=True, obj={
-            **unit_to_dict(u), CHECKSUM_KEY: digest, "n": len(recs), "n_samples": int(recs["sample_id"].nunique()),
+            **unit_to_dict(u), CHECKSUM_KEY: digest, **sides, "n": len(recs), "n_samples": int(recs["sample_id"].nunique()),
             "seconds": round(seconds, 3), "device": str(ctx.device), "host": HOST, "pid": os.getpid(),
             "batch_size": ctx.batch_size, "finished": now()})
     finally:

@@ -132,7 +132,8 @@ def build_spec(model: str, *, attack: Union[None, str, Sequence[str]] = None, ep
                bench_opt: KeyValues = None, out: Union[None, str, Path] = None, batch_size: int = 128,
                chunk_size: int = 512, seed: int = 0, device: str = "auto", precision: str = "fp32",
                compile: bool = False, workers: int = 0, shard: Optional[str] = None, quiet: bool = False,
-               dry_run: bool = False, calibration: Union[None, str, Sequence[float]] = None) -> RunSpec:
+               dry_run: bool = False, calibration: Union[None, str, Sequence[float]] = None,
+               analyze: Union[None, str, Sequence[str]] = None) -> RunSpec:
     """The RunSpec for these settings (keywords = the ``evaluate`` flags with underscores; ``param``,
     ``model_arg`` and ``bench_opt`` take a mapping or KEY=VALUE strings).
 
@@ -141,7 +142,8 @@ def build_spec(model: str, *, attack: Union[None, str, Sequence[str]] = None, ep
     always in the spec and in the run folder's hash. For a registered dataset, a split it lacks,
     a needless ``data_root`` and options it does not take are refused here, before any work.
     A data object (``rbp.evaluate(data=...)``) has no registered name; its caller gives the split.
-    ``calibration``: "FWD,FB" images/s (or a pair) that price a ``dry_run`` plan for another device."""
+    ``calibration``: "FWD,FB" images/s (or a pair) that price a ``dry_run`` plan for another device.
+    ``analyze``: probes run on the attack's final points (``"attention"``: docs/benchmarks.md)."""
     from ..data import dataset_info
 
     rates = parse_calibration(calibration)
@@ -159,6 +161,7 @@ def build_spec(model: str, *, attack: Union[None, str, Sequence[str]] = None, ep
     arch_kwargs.update(key_values(model_arg, "--model-arg"))
     bench_opts = key_values(bench_opt, "--bench-opt")
     options: Dict[str, Any] = {benchmark.replace("-", "_"): bench_opts} if bench_opts else {}
+    analyses = check_analyze(analyze, benchmark)
     split, dataset_options = _dataset_request(dataset, split, data_root, imagenet_root, subset, skip_unreadable)
     if dataset_options:
         options["dataset"] = dataset_options
@@ -169,8 +172,22 @@ def build_spec(model: str, *, attack: Union[None, str, Sequence[str]] = None, ep
         skip_unreadable=skip_unreadable, dry_run=dry_run, calibration=rates, batch_size=batch_size, chunk_size=chunk_size,
         seed=seed, device=device, precision=precision, compile=compile, num_workers=workers,
         out=Path(out) if out is not None else None, allow_pickle=allow_pickle, strict=not non_strict,
-        shard=shard, quiet=quiet, arch_kwargs=arch_kwargs,
+        shard=shard, quiet=quiet, arch_kwargs=arch_kwargs, analyze=analyses,
     )
+
+
+def check_analyze(analyze: Union[None, str, Sequence[str]], benchmark: str) -> List[str]:
+    """The analyses asked for, known and on an adversarial evaluation (sorted, without repeats)."""
+    from ..specs import ANALYSES
+
+    names = sorted({n.strip() for a in _names(analyze) for n in str(a).split(",") if n.strip()})
+    unknown = [n for n in names if n not in ANALYSES]
+    if unknown:
+        raise UserError(f"--analyze {', '.join(unknown)}: unknown analysis; valid: {', '.join(ANALYSES)}")
+    if names and benchmark != "adversarial":
+        raise UserError(f"--analyze {','.join(names)} runs on the adversarial benchmark's clean and attacked "
+                        f"points, not on benchmark {benchmark!r}; drop --analyze or --benchmark")
+    return names
 
 
 def parse_calibration(value: Union[None, str, Sequence[float]]) -> Optional[Tuple[float, float]]:
