@@ -177,15 +177,13 @@ def table1_estimate(fwd_rate: float, fb_rate: float, images: int = TABLE1_IMAGES
             "fb_passes": sum(b for _, b in passes.values())}
 
 
-def saved_bytes_per_sample(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, precision: str = "fp32") -> int:
-    """Bytes autograd keeps for one sample's forward+backward to the input (the attack's memory
-    peak beyond the weights), counted with saved-tensor hooks on a batch of ``len(x)``: works on
-    any device, no allocator statistics needed."""
-    total = 0
+def _saved_bytes(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, precision: str) -> int:
+    """Bytes of the distinct storages autograd keeps for a forward+backward to the input."""
+    seen: Dict[int, int] = {}
 
     def pack(t: torch.Tensor) -> torch.Tensor:
-        nonlocal total
-        total += t.numel() * t.element_size()
+        st = t.untyped_storage()
+        seen[st.data_ptr()] = st.nbytes()
         return t
 
     xr = x.detach().clone().requires_grad_(True)
@@ -193,7 +191,19 @@ def saved_bytes_per_sample(model: torch.nn.Module, x: torch.Tensor, y: torch.Ten
             torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         loss = torch.nn.functional.cross_entropy(model(xr).float(), y, reduction="sum")
     torch.autograd.grad(loss, xr)
-    return max(1, total // len(x))
+    return sum(seen.values())
+
+
+def saved_bytes_per_sample(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, precision: str = "fp32") -> int:
+    """Bytes autograd keeps per sample for a forward+backward to the input (the attack's memory peak
+    beyond the weights): saved storages at batch ``len(x)`` minus at batch 1, over ``len(x) - 1``,
+    so weights (saved whatever the batch) cancel. Saved-tensor hooks: any device, no allocator
+    statistics needed."""
+    n = len(x)
+    if n < 2:
+        raise ValueError("saved_bytes_per_sample needs a batch of at least 2")
+    full, one = _saved_bytes(model, x, y, precision), _saved_bytes(model, x[:1], y[:1], precision)
+    return max(1, (full - one) // (n - 1))
 
 
 def host_memory_bytes() -> int:
@@ -222,7 +232,10 @@ def largest_batch(model: torch.nn.Module, device: torch.device, precision: str =
         except UserError:
             bs = 0
         return {"batch": bs, "how": f"forward+backward tried on {device} (as --batch-size 0)"}
-    x, y = random_batch(2, device, size)
+    x, _ = random_batch(2, device, size)
+    with torch.inference_mode():
+        classes = int(model(x[:1]).shape[-1])
+    y = torch.arange(2, device=device) % classes
     per = saved_bytes_per_sample(model, x, y, precision)
     mem = host_memory_bytes() if memory_bytes is None else int(memory_bytes)
     fit, bs = 0, 1

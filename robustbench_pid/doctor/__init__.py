@@ -116,12 +116,13 @@ def row(c: Check) -> str:
 
 
 def run_doctor(device: str = "auto", quick: bool = False, json_path: Optional[Path] = None,
-               out: TextIO = sys.stdout, settings: Optional[Settings] = None) -> Report:
+               out: Optional[TextIO] = None, settings: Optional[Settings] = None) -> Report:
     """Run every check, print the table as it goes, write ``json_path``; the report's ``exit_code``
     is 1 on any FAIL."""
     from ..device import pick_device
     from ..speed import machine
 
+    out = out or sys.stdout
     dev = pick_device(device)  # a device that is not there: one error line, exit 2 (bad input)
     report = Report()
     with tempfile.TemporaryDirectory(prefix="rbp_doctor_") as tmp:
