@@ -21,7 +21,7 @@ from typing import Any, Dict, List, Tuple
 
 import torch
 
-from . import Outcome, Settings
+from .base import Outcome, Settings
 
 KEY = ["attack", "eps", "sample_id"]
 COLS = KEY + ["clean_pred", "pred", "correct_top1", "correct_top5"]

@@ -9,7 +9,7 @@ from typing import Any, Dict
 
 import torch
 
-from . import Outcome, Settings
+from .base import Outcome, Settings
 
 
 def versions(s: Settings, state: Dict[str, Any]) -> Outcome:

@@ -11,7 +11,7 @@ from typing import Any, Dict
 
 import torch
 
-from . import Outcome, Settings
+from .base import Outcome, Settings
 from .. import speed
 
 MODELS = {"DeiT-tiny": "deit_tiny_patch16_224", "PID DeiT-tiny": "pid_deit_tiny_patch16_224"}
