@@ -190,3 +190,11 @@ def test_agreement_matches_on_condition_and_sample() -> None:
 def test_bad_json_folder_is_one_clear_error(tmp_path: Path, capsys) -> None:
     assert cli_main(["doctor", "--quick", "--json", str(tmp_path / "missing" / "d.json")]) == 2
     assert "does not exist" in capsys.readouterr().err
+
+
+def test_a_device_that_is_not_there_is_one_error_line(monkeypatch, capsys) -> None:
+    """Any machine: CUDA is made invisible, so --device cuda is bad input (exit 2), not a FAIL table."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert cli_main(["doctor", "--quick", "--device", "cuda"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: --device cuda: CUDA is not available")
