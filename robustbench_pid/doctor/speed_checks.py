@@ -103,7 +103,7 @@ def decode(s: Settings, state: Dict[str, Any]) -> Outcome:
             "best_workers": best["workers"], "best_img_s": best["img_s"]}
     state.setdefault("speed", {})["decode"] = data
     line = (f"{st['images']} JPEGs ({st['mean_kb']:.0f} KB) through the imagenet dataset: "
-            + ", ".join(f"{w} workers {r['img_s']:.0f} img/s" for w, r in runs.items()))
+            + ", ".join(f"{w} worker{'' if w == 1 else 's'} {r['img_s']:.0f} img/s" for w, r in runs.items()))
     fwd = state["speed"].get("fp32 eager", {}).get(PID, {}).get("fwd")
     if fwd and best["img_s"] < fwd:
         return "WARN", line + f"; below PID DeiT-tiny's {fwd:.0f} fwd img/s: clean passes wait on decoding", data
