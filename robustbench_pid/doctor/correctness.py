@@ -125,6 +125,8 @@ def _versus_fp32(s: Settings, state: Dict[str, Any], what: str, kw: Dict[str, An
     for name in s.smoke_models:
         if name not in base:
             continue
+        if kw.get("compile"):
+            torch._dynamo.reset()  # each model compiled afresh, as in its own `evaluate --compile` process
         rec = harness_records(s, _model(s, name), s.device, f"{name}_{what}", **kw)
         c_ok, c_n = agreement(rec[rec.attack == "clean"], base[name][base[name].attack == "clean"])
         a_ok, a_n = agreement(_attack_rows(rec), _attack_rows(base[name]))

@@ -47,6 +47,9 @@ def largest(s: Settings, state: Dict[str, Any]) -> Outcome:
 def _rates(s: Settings, state: Dict[str, Any], key: str, precision: str, compiled: bool = False) -> Outcome:
     models = _models(s, state)
     if compiled:
+        # Normalized.forward is one code object for every wrapped model: without a reset, the models
+        # compiled before (the smoke rows') use up dynamo's recompile limit and it falls back to eager
+        torch._dynamo.reset()
         models = {k: torch.compile(m) for k, m in models.items()}
     x, y = _batch(s, state)
     r = speed.pass_rates(models, x, y, precision, reps=s.reps, warmup=1)
