@@ -16,7 +16,6 @@ import argparse
 import json
 
 import torch
-import torch.nn.functional as F
 
 from _common import machine, pick_device, timed_interleaved
 
@@ -29,16 +28,9 @@ def build(kind: str, batch: int, device: torch.device):
         ds = load_dataset("digits", "test")
         x, y = ds.images[:batch].to(device), ds.labels[:batch].to(device)
         return model, x, y
-    import timm
+    from robustbench_pid.speed import random_model
 
-    from robustbench_pid.models.wrapper import Normalized
-
-    torch.manual_seed(0)
-    net = timm.create_model("pid_deit_tiny_patch16_224")
-    cfg = net.pretrained_cfg
-    model = Normalized(net, cfg["mean"], cfg["std"]).eval().to(device)
-    for p in model.parameters():
-        p.requires_grad_(False)
+    model = random_model("pid_deit_tiny_patch16_224", device)
     x = torch.rand(batch, 3, 224, 224, device=device)
     with torch.inference_mode():
         y = model(x).argmax(1)  # random weights: attack the model's own predictions
@@ -65,24 +57,17 @@ def main() -> None:
     harness_es = make_attack("pgd", eps=a.eps, steps=k, early_stop=True)
     alpha = harness.step()
 
-    def bare_k() -> None:
-        for _ in range(k):
-            xr = x.detach().requires_grad_(True)
-            loss = F.cross_entropy(model(xr), y, reduction="sum")
-            torch.autograd.grad(loss, xr)
-
     def bare_fwd() -> None:
         with torch.inference_mode():
             model(x)
 
-    def run_h() -> None:
-        harness(model, x, y, generator=torch.Generator(device=device).manual_seed(0))
-
     def run_h_es() -> None:
         harness_es(model, x, y, generator=torch.Generator(device=device).manual_seed(0))
 
-    fns = {"bare k x f+b": bare_k, "harness PGD (early stop off)": run_h, "harness PGD (early stop on)": run_h_es,
-           "bare forward": bare_fwd}
+    from robustbench_pid.speed import pgd_calls
+
+    # k bare passes and the harness's PGD: the package's pair, the one `robustbench-pid doctor` times
+    fns = {**pgd_calls(model, x, y, k, eps=a.eps), "harness PGD (early stop on)": run_h_es, "bare forward": bare_fwd}
     try:
         import torchattacks
 
@@ -99,7 +84,7 @@ def main() -> None:
 
     class _Ctx(Context):
         def batches(self, unit):  # the preloaded batch, as the bare loops get it
-            yield x, y, [str(i) for i in range(len(y))]
+            yield x, y, [str(i) for i in range(len(y))], None  # no memo: each unit pays its clean pass
 
     spec = RunSpec(model="bench", batch_size=batch)
     ctx = _Ctx(spec, model, None, list(range(batch)), device, {})

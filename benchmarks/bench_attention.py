@@ -23,7 +23,7 @@ import argparse
 
 import torch
 
-from _common import forward_backward, machine, pick_device, timed_interleaved
+from _common import machine, pick_device, timed_interleaved
 
 
 def main() -> None:
@@ -68,25 +68,19 @@ def main() -> None:
         with torch.inference_mode():
             pid(x, state=state())
 
-    from robustbench_pid.device import attack_precision
+    from robustbench_pid.speed import calibration_pair, pass_rates, random_batch, random_model
 
-    m_soft = timm.create_model("deit_tiny_patch16_224").eval().to(device).requires_grad_(False)
-    m_pid = timm.create_model("pid_deit_tiny_patch16_224").eval().to(device).requires_grad_(False)
+    m_soft = random_model("deit_tiny_patch16_224", device)
+    m_pid = random_model("pid_deit_tiny_patch16_224", device)
     m_pid.load_state_dict(m_soft.state_dict())
     run_soft, run_pid = (torch.compile(m_soft), torch.compile(m_pid)) if a.compile else (m_soft, m_pid)
-    img = torch.rand(a.batch, 3, 224, 224, device=device)
-    target = torch.randint(0, 1000, (a.batch,), device=device)
-
-    def forward(m: torch.nn.Module) -> None:
-        with torch.inference_mode(), attack_precision(device, a.precision):
-            m(img)
+    img, target = random_batch(a.batch, device)
 
     t = timed_interleaved({"softmax layer": layer_soft, "PID layer": layer_pid}, device, reps=a.reps * 4)
-    tm = timed_interleaved({"DeiT-tiny fwd": lambda: forward(run_soft), "PID DeiT-tiny fwd": lambda: forward(run_pid)},
-                           device, reps=a.reps)
-    tb = timed_interleaved({"DeiT-tiny f+b": lambda: forward_backward(run_soft, img, target, a.precision),
-                            "PID DeiT-tiny f+b": lambda: forward_backward(run_pid, img, target, a.precision)},
-                           device, reps=a.reps)
+    # the whole models: robustbench_pid.speed.pass_rates, the measurement `robustbench-pid doctor` prints
+    r = pass_rates({"DeiT-tiny": run_soft, "PID DeiT-tiny": run_pid}, img, target, a.precision, reps=a.reps)
+    tm = {f"{k} fwd": v["fwd_s"] for k, v in r.items()}
+    tb = {f"{k} f+b": v["fb_s"] for k, v in r.items()}
     how = f"{a.precision}{' + torch.compile' if a.compile else ' eager'}"
     print(f"# bench_attention: batch {a.batch}, 197 tokens, dim 192, 3 heads, device {device}; whole models {how}")
     print(f"# {machine()}")
@@ -95,8 +89,8 @@ def main() -> None:
     print(f"PID / softmax attention layer forward (fp32 eager): {t['PID layer'] / t['softmax layer']:.3f}")
     print(f"PID / softmax whole-model forward ({how}):          {tm['PID DeiT-tiny fwd'] / tm['DeiT-tiny fwd']:.3f}")
     print(f"PID / softmax whole-model forward+backward ({how}): {tb['PID DeiT-tiny f+b'] / tb['DeiT-tiny f+b']:.3f}")
-    print(f"PID DeiT-tiny here, for evaluate --dry-run: --calibration "
-          f"{a.batch / tm['PID DeiT-tiny fwd']:.0f},{a.batch / tb['PID DeiT-tiny f+b']:.0f}")
+    fwd, fb = calibration_pair(r["PID DeiT-tiny"])
+    print(f"PID DeiT-tiny here, for evaluate --dry-run: --calibration {fwd:g},{fb:g}")
     if a.profile:
         from torch.profiler import ProfilerActivity, profile
 

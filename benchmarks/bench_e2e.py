@@ -48,11 +48,8 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 REPO = Path(__file__).resolve().parents[1]
 SCENARIOS = ("clean", "pgd", "sweep")
 PAPER_PGD_STEPS = 20
-SWEEP_EPS = tuple(f"{i}/255" for i in range(1, 7))
 MODEL = "pid_deit"  # the zoo alias users run (PID DeiT-tiny on ImageNet-family data)
 ARCH = "pid_deit_tiny_patch16_224"
-# (width, height) of typical ImageNet validation images, and how often each occurs here
-SIZES = ((500, 375), (500, 375), (500, 333), (375, 500), (333, 500), (500, 400))
 # issue 10, measured by its author on one H100: PID DeiT-tiny, batch 256, 224 px, f+b to the input
 H100_FB_IMG_S = {"fp32": 3941.0, "bf16": 9300.0}
 
@@ -123,51 +120,8 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
 
 # --------------------------------------------------------------------------- the tree and the checkpoint
 
-def make_image(rng: Any, w: int, h: int) -> Any:
-    """A photo-like image: a smooth colour field blended with a mid-frequency texture, a few shapes,
-    sensor-like noise (JPEGs of ~80 KB at 500x375, decoding like photos, not like flat or pure-noise
-    images; real ImageNet validation files average ~130 KB)."""
-    import numpy as np
-    from PIL import Image, ImageDraw
-
-    low = rng.integers(0, 256, (rng.integers(3, 8), rng.integers(3, 8), 3), dtype=np.uint8)
-    img = Image.fromarray(low).resize((w, h), Image.BICUBIC)
-    texture = rng.integers(0, 256, (h // 8, w // 8, 3), dtype=np.uint8)
-    img = Image.blend(img, Image.fromarray(texture).resize((w, h), Image.BICUBIC), 0.35)
-    draw = ImageDraw.Draw(img)
-    for _ in range(int(rng.integers(3, 12))):
-        x0, y0 = int(rng.integers(0, w)), int(rng.integers(0, h))
-        x1, y1 = x0 + int(rng.integers(10, w // 2)), y0 + int(rng.integers(10, h // 2))
-        colour = tuple(int(c) for c in rng.integers(0, 256, 3))
-        (draw.ellipse if rng.random() < 0.5 else draw.rectangle)((x0, y0, x1, y1), fill=colour)
-    arr = np.asarray(img, dtype=np.int16) + rng.normal(0, 12, (h, w, 3)).astype(np.int16)
-    return Image.fromarray(arr.clip(0, 255).astype(np.uint8))
-
-
-def _write_images(root: str, wnids: Sequence[str], seed: int, start: int, stop: int) -> None:
-    import numpy as np
-
-    for i in range(start, stop):
-        rng = np.random.default_rng([seed, i])  # per image: the tree does not depend on the process count
-        w, h = SIZES[i % len(SIZES)]
-        folder = Path(root) / wnids[(i * 397) % len(wnids)]  # 397 is prime: the classes spread over all 1000
-        folder.mkdir(parents=True, exist_ok=True)
-        make_image(rng, w, h).save(folder / f"ILSVRC2012_val_{i + 1:08d}.JPEG", quality=90)
-
-
-def build_tree(root: Path, n: int, seed: int = 0) -> None:
-    """``root/<wnid>/ILSVRC2012_val_XXXXXXXX.JPEG``: the layout ``--dataset imagenet`` reads
-    (~25 ms an image per core)."""
-    from concurrent.futures import ProcessPoolExecutor
-
-    from robustbench_pid.imagenet_info import imagenet_wnids
-
-    wnids = list(imagenet_wnids())
-    procs = max(1, min(16, (os.cpu_count() or 1), n // 200))
-    step = -(-n // procs)
-    with ProcessPoolExecutor(procs) as pool:
-        for f in [pool.submit(_write_images, str(root), wnids, seed, s, min(n, s + step)) for s in range(0, n, step)]:
-            f.result()
+# the tree's generator lives in the package (robustbench_pid.jpeg_tree), shared with `robustbench-pid doctor`
+from robustbench_pid.jpeg_tree import SIZES, build_tree, make_image  # noqa: E402,F401
 
 
 def tree_stats(root: Path) -> Tuple[int, float]:
@@ -209,6 +163,8 @@ def conditions(scenario: str, steps: int) -> List[Tuple[str, Dict[str, Any]]]:
         return []
     if scenario == "pgd":
         return [("pgd", {"eps": "3/255", "steps": steps})]
+    from robustbench_pid.speed import SWEEP_EPS
+
     return [("fgsm", {"eps": e}) for e in SWEEP_EPS] + [("pgd", {"eps": e, "steps": steps}) for e in SWEEP_EPS]
 
 
@@ -401,36 +357,24 @@ def main_timing(a: argparse.Namespace) -> None:
 
 # --------------------------------------------------------------------------- the Table 1 planning figure
 
-TABLE1_SUITE = [("fgsm", {"eps": e}) for e in SWEEP_EPS] + \
-    [("pgd", {"eps": e, "steps": 20, "step_size_factor": 0.15, "random_start": True}) for e in SWEEP_EPS] + [
-    ("spsa", {"eps": 0.1, "iterations": 40, "lr": 0.01, "fd_delta": 0.01, "n_samples": 128}),
-    ("sld", {"eps": 10.0, "step_size": 1.0, "iterations": 20, "q": 99.0}),
-    ("noise", {"eps": 0.3}),
-]
-
-
 def fb_over_forward(ckpt: Path, device_name: str, batch: int) -> float:
     """Time of a forward+backward-to-the-input pass over a forward pass, PID DeiT-tiny, measured
-    interleaved (the dry run's calibration times them one after the other, which a busy machine skews)."""
-    import torch
-
-    from _common import forward_backward, pick_device, timed_interleaved
+    interleaved (``robustbench_pid.speed.pass_rates``, as doctor measures it; the dry run's
+    calibration times them one after the other, which a busy machine skews)."""
+    from _common import pick_device
     from robustbench_pid.models.zoo import load_model
+    from robustbench_pid.speed import pass_rates, random_batch
 
     device = pick_device(device_name)
     model = load_model(MODEL, str(ckpt), "imagenet").to(device)
-    x = torch.rand(batch, 3, 224, 224, device=device)
-    y = torch.randint(0, 1000, (batch,), device=device)
-
-    def fwd() -> None:
-        with torch.inference_mode():
-            model(x)
-
-    t = timed_interleaved({"fwd": fwd, "fb": lambda: forward_backward(model, x, y)}, device, reps=3)
-    return t["fb"] / t["fwd"]
+    x, y = random_batch(batch, device)
+    r = pass_rates({"pid": model}, x, y, reps=3)["pid"]
+    return r["fb_s"] / r["fwd_s"]
 
 
 def main_plan(a: argparse.Namespace) -> None:
+    from robustbench_pid.speed import TABLE1_SUITE, table1_estimate
+
     tmp = Path(tempfile.mkdtemp(prefix="bench_e2e_plan_"))
     try:
         tree = a.tree if a.tree is not None else tmp / "tree"
@@ -466,7 +410,11 @@ def main_plan(a: argparse.Namespace) -> None:
             acc[0] += f * (hi - lo) / n
             acc[1] += b * (hi - lo) / n
         big = a.plan_images
-        total = big * (f_n / fwd_rate + fb_n / fb_rate)
+        est = table1_estimate(fwd_rate, fb_rate, big)  # the package's estimate (doctor prints the same)
+        if (round(est["fwd_passes"]), round(est["fb_passes"])) != (round(f_n), round(fb_n)):
+            fail(f"robustbench_pid.speed.table1_passes counts {est['fwd_passes']:.0f} + {est['fb_passes']:.0f} "
+                 f"passes per image, the dry run {f_n:.0f} + {fb_n:.0f}")
+        total = est["seconds"]
         print(f"# dry run: {' '.join(cmd)} --dry-run")
         print(f"# on this machine, {n} images; dry-run calibration {cal.group(0)} (f+b / forward = {ratio:.2f}, "
               f"timed one after the other); interleaved here, batch {a.batch_size}: f+b / forward = {measured:.2f}")
