@@ -1,0 +1,72 @@
+"""``reproduce --dry-run``: each row's plan, passes and time estimate, and the study's total; writes nothing.
+
+The passes per unit come from the benchmark and the attack (``dryrun.unit_passes``), the seconds
+per pass from one calibration batch per row on the row's own data (or ``--calibration FWD,FB``).
+``row_passes`` gives the same pass counts per image without any data or model (docs/studies.md).
+"""
+from __future__ import annotations
+
+import json
+from typing import Any, List, Tuple
+
+from ..benchmarks import get_benchmark
+from ..results.run_files import unit_done
+from ..specs import Unit
+from ..study import Row, attack_settings
+from .dryrun import _fmt_s
+from .study import StudyPlan, report_missing, row_spec
+
+IMAGENET_C_CONDITIONS = 75  # 15 corruptions x 5 severities, each image passes once per condition
+
+
+def row_passes(row: Row) -> Tuple[float, float]:
+    """(forward, forward+backward) passes per source image of a row, every sample attacked to the end:
+    the clean pass, plus the attack's passes (adversarial), or one pass per ImageNet-C condition."""
+    bench = row.benchmark or ("imagenet_c" if row.dataset == "imagenet-c" else
+                              "adversarial" if row.attack is not None or row.dataset in ("imagenet", "digits")
+                              else "restricted")
+    if row.attack is None:
+        return (1.0 + IMAGENET_C_CONDITIONS, 0.0) if bench == "imagenet_c" else (1.0, 0.0)
+    params = attack_settings(row)
+    from ..attacks import get_attack
+
+    full = get_attack(row.attack["name"]).from_params(params).params()
+    u = Unit("adversarial", row.attack["name"], float(full.get("eps", 0.0)), json.dumps(full, sort_keys=True), "", 0, 1)
+    f, b = get_benchmark("adversarial").passes(None, u)
+    return 1.0 + f, b
+
+
+def study_dry_run(plan: StudyPlan, **opts: Any) -> float:
+    """Print each row's units to do, passes and estimated seconds (this process's shard); return the total."""
+    from .context import prepare
+    from .dryrun import calibrate, unit_passes
+    from .launcher import launch
+    from .plan import plan_units, shard_units
+
+    report_missing(plan)
+    rows = [r for r in plan.rows if r.name not in plan.missing]
+    print(f"dry run: study {plan.study.name}, model {plan.model} as {plan.column.name!r}, {plan.protocol} protocol, "
+          f"folder {plan.out}")
+    print(f"{'row':14} {'dataset':12} {'samples':>8} {'units':>6} {'to do':>6} {'fwd':>12} {'f+b':>10} {'est.':>10}")
+    total = 0.0
+    lines: List[str] = []
+    for r in rows:
+        spec = row_spec(plan, r, **{**opts, "dry_run": True})
+        ctx = prepare(spec)
+        units = plan_units(ctx)
+        launched = launch(spec.shard)
+        mine = shard_units(units, launched.index, launched.count)
+        t_f, t_fb = ((1.0 / spec.calibration[0], 1.0 / spec.calibration[1]) if spec.calibration is not None
+                     else calibrate(ctx))
+        todo = [u for u in mine if not unit_done(plan.row_dir(r) / "units", u.key)]
+        f = sum(unit_passes(ctx, u)[0] * (u.stop - u.start) for u in todo)
+        b = sum(unit_passes(ctx, u)[1] * (u.stop - u.start) for u in todo)
+        est = f * t_f + b * t_fb
+        total += est
+        lines.append(f"{r.name[:14]:14} {r.dataset:12} {len(ctx.indices):>8} {len(mine):>6} {len(todo):>6} "
+                     f"{f:>12.0f} {b:>10.0f} {_fmt_s(est):>10}")
+    print("\n".join(lines))
+    basis = "the given calibration" if opts.get("calibration") else "one calibration batch per row on this device"
+    print(f"total: about {_fmt_s(total)} at {basis} (an estimate, not a bound: early stopping and samples not "
+          f"attacked make it shorter, data loading longer). Nothing was computed or written.")
+    return total
