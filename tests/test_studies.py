@@ -139,3 +139,21 @@ def test_list_studies_prints_rows(capsys):
     assert main(["list", "studies"]) == 0
     out = capsys.readouterr().out
     assert "pidformer-table1" in out and re.search(r"^\s+spsa\s+SPSA", out, re.M) and "imagenet-c" in out
+
+
+def test_docs_studies_page_is_the_generated_one():
+    from robustbench_pid.run.study_dryrun import studies_markdown
+
+    text = (ROOT / "docs" / "studies.md").read_text()
+    block = text.split("<!-- generated: studies -->\n", 1)[1].split("<!-- end generated -->", 1)[0]
+    assert block.strip() == studies_markdown().strip()
+
+
+def test_table1_cost_per_image_matches_the_scaling_plan():
+    """docs/scaling.md counts 10,242 forward passes per image for SPSA (2 + 40 x 2 x 128), 22 f+b for PGD-20."""
+    from robustbench_pid.run.study_dryrun import row_passes
+
+    s = load_study("pidformer-table1")
+    assert row_passes(s.row("spsa")) == (1 + 10242, 0)
+    assert row_passes(s.row("pgd")) == (1 + 2, 20)
+    assert row_passes(s.row("imagenet-c")) == (76, 0) and row_passes(s.row("imagenet-o")) == (1, 0)

@@ -70,3 +70,39 @@ def study_dry_run(plan: StudyPlan, **opts: Any) -> float:
     print(f"total: about {_fmt_s(total)} at {basis} (an estimate, not a bound: early stopping and samples not "
           f"attacked make it shorter, data loading longer). Nothing was computed or written.")
     return total
+
+
+# docs/scaling.md's one-H100 fp32 rates for PID DeiT-tiny (issue 10's f+b figure, forward at ratio 2.0)
+H100_RATES = (7882.0, 3941.0)
+DOC_IMAGES = 50_000
+
+
+def studies_markdown(images: int = DOC_IMAGES, rates: Tuple[float, float] = H100_RATES) -> str:
+    """docs/studies.md's generated part: each shipped study, its columns, rows, datasets and expected cost
+    per model (passes per image from :func:`row_passes`, x ``images``, at ``rates`` images/s)."""
+    from ..study import METRICS, load_study, row_setting, study_names
+
+    out: List[str] = []
+    for name in study_names():
+        s = load_study(name)
+        out += [f"### `{name}`", "", f"{s.title}. Source: {s.source}. Default protocol: `{s.protocol}`.", ""]
+        out.append("Columns: " + "; ".join(f"{c.name} = `{c.model}`" + (
+            " (" + ", ".join(f"{k}={v}" for k, v in c.model_args.items()) + ")" if c.model_args else "")
+            for c in s.columns) + ".")
+        out += ["", "| row | label | metrics | dataset and settings | fwd / img | f+b / img | est. per model |",
+                "|---|---|---|---|---|---|---|"]
+        total = 0.0
+        for r in s.rows:
+            f, b = row_passes(r)
+            est = images * (f / rates[0] + b / rates[1])
+            total += est
+            out.append(f"| `{r.name}` | {r.label} | {', '.join(METRICS[m] for m in r.metrics)} | {row_setting(r)} | "
+                       f"{f:g} | {b:g} | {_fmt_s(est)} |")
+        datasets = ", ".join(dict.fromkeys(r.dataset for r in s.rows))
+        out += ["", f"Datasets: {datasets}. Expected cost: about {_fmt_s(total)} per model on one H100 (fp32) "
+                f"for {images:,} images per row.", ""]
+    return "\n".join(out)
+
+
+if __name__ == "__main__":  # python -m robustbench_pid.run.study_dryrun > the generated part of docs/studies.md
+    print(studies_markdown())
