@@ -140,3 +140,18 @@ def test_digits_study_offline_with_as_and_both_protocols(tmp_path, capsys):
     assert (t.n == 16).all() and (t[t.row == "clean"].paper.tolist() == [99.72, 100.0] * 2)
     assert main(["report", str(out), "-o", str(tmp_path / "r.html")]) == 0
     assert "Digits smoke study" in (tmp_path / "r.html").read_text()
+
+
+def test_bad_rows_and_a_folder_of_another_study_are_refused(tmp_path, capsys):
+    out = tmp_path / "d"
+    base = ["reproduce", "digits-smoke", "--model", "pid_deit", "--limit", "4", "--quiet", "--device", "cpu",
+            "--out", str(out)]
+    assert main([*base, "--only", "pgd-9"]) == 2
+    err = capsys.readouterr().err
+    assert "no row 'pgd-9'" in err and "fgsm-2" in err and not out.exists()  # refused before any work
+    assert main([*base, "--only", "clean"]) == 0
+    capsys.readouterr()
+    other = tmp_path / "other.toml"
+    other.write_text(load_study("digits-smoke").path.read_text().replace("Digits smoke study", "Another study"))
+    assert main(["reproduce", str(other), *base[2:], "--only", "clean"]) == 2
+    assert "holds another study" in capsys.readouterr().err
