@@ -41,10 +41,13 @@ STUDIES_DIR = Path(__file__).resolve().parent / "studies"
 TOP_KEYS = {"title", "source", "protocol", "description", "column", "row"}
 COLUMN_KEYS = {"name", "model", "model_args"}
 ROW_KEYS = {"name", "label", "dataset", "benchmark", "attack", "metrics", "published"}
-# metric name -> how the paper labels it; "corrupted_top1" is 100 - mean_err (IN-C top-1 over 15 x 5)
+# metric name -> how the paper labels it; "corrupted_top1" is 100 - mean_err (IN-C top-1 over 15 x 5),
+# "params_m" the cost benchmark's "params" in millions
 METRICS = {"top1": "Top-1 Acc (%)", "top5": "Top-5 Acc (%)", "mce": "mCE (↓)", "relative_mce": "relative mCE (↓)",
            "corrupted_top1": "Top-1 Acc (%)", "mean_err": "mean error (↓)", "aupr": "AUPR", "auroc": "AUROC",
-           "fpr95": "FPR at 95% TPR (↓)"}
+           "fpr95": "FPR at 95% TPR (↓)", "params_m": "Parameters (M)", "flops_per_sample": "FLOPs / sample",
+           "sec_per_sample_train": "Sec/Sample (Training)", "sec_per_sample_test": "Sec/Sample (Test)",
+           "peak_mem_train_mb": "Memory, MiB (Training)", "peak_mem_test_mb": "Memory, MiB (Test)"}
 LOWER_IS_BETTER = {"mce", "relative_mce", "mean_err", "fpr95"}
 
 

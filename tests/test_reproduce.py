@@ -155,3 +155,32 @@ def test_bad_rows_and_a_folder_of_another_study_are_refused(tmp_path, capsys):
     other.write_text(load_study("digits-smoke").path.read_text().replace("Digits smoke study", "Another study"))
     assert main(["reproduce", str(other), *base[2:], "--only", "clean"]) == 2
     assert "holds another study" in capsys.readouterr().err
+
+
+def test_a_cost_study_of_your_own_on_digits(tmp_path, capsys):
+    """A study file of your own (a path): the cost benchmark as rows, parameters in millions beside a published value."""
+    import robustbench_pid as rbp
+
+    mine = tmp_path / "cost.toml"
+    mine.write_text('''title = "cost"
+source = "made up for the test"
+protocol = "standard"
+[[column]]
+name = "DeiT"
+model = "deit"
+[[row]]
+name = "params"
+label = "Parameters"
+dataset = "digits"
+benchmark = "cost"
+metrics = ["params_m", "flops_per_sample", "sec_per_sample_test"]
+published."DeiT" = { params_m = 5.2, flops_per_sample = 1.0, sec_per_sample_test = 0.01 }
+''')
+    out = tmp_path / "c"
+    assert main(["reproduce", str(mine), "--model", "deit", "--limit", "8", "--batch-size", "8", "--quiet",
+                 "--device", "cpu", "--out", str(out)]) == 0
+    assert "| Parameters | Parameters (M) | 5.20 |" in capsys.readouterr().out
+    t = pd.read_csv(out / "table.csv").set_index("metric")
+    params = sum(p.numel() for p in rbp.load_model("deit").parameters())
+    assert t.loc["params_m", "value"] == pytest.approx(params / 1e6, abs=1e-6) and t.loc["params_m", "n"] == 8
+    assert t.loc["flops_per_sample", "value"] > 1e6 and t.loc["sec_per_sample_test", "value"] > 0

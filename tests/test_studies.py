@@ -17,7 +17,7 @@ if not PAPERS.is_dir():
     PAPERS = Path("/work/shared/papers")
 
 EXPECTED = {"pidformer-table1", "pidformer-table4", "pidformer-table6", "pidformer-fig3-eps", "rpc-table1",
-            "rpc-table2", "rpc-table5", "rpc-table9", "rpc-table10", "rpc-table14", "digits-smoke"}
+            "rpc-table2", "rpc-table5", "rpc-table13", "rpc-table9", "rpc-table10", "rpc-table14", "digits-smoke"}
 
 
 def test_every_shipped_study_parses_and_is_checked():
@@ -61,6 +61,10 @@ SPOTS = [
      "RPC-FAN-tiny (4iter/layer1)\t77.98\t94.27\t42.02\t13.55"),
     ("rpc-table10", "pgd", "FAN-tiny (baseline)", "top5", "rpc-attention-kernel-pca.md",
      "FAN-tiny (baseline)\t2.92\t4.86\t32.01\t61.72"),
+    ("rpc-table13", "time", "SymViT (baseline)", "sec_per_sample_train", "rpc-attention-kernel-pca.md",
+     "SymViT (baseline)\t1.17M\t0.079\t0.010\t1435MB\t1181MB\t5.2M"),
+    ("rpc-table13", "memory", "RPC-SymViT (2iter/all-layer)", "peak_mem_train_mb", "rpc-attention-kernel-pca.md",
+     "RPC-SymViT (2iter/layer)\t1.35M\t0.092\t0.017\t1461MB\t1181MB\t5.2M"),
     ("rpc-table14", "imagenet-o", "RPC-AsymViT (Sym/Asym)", "aupr", "rpc-attention-kernel-pca.md",
      "RPC-AsymViT (Sym/Asym)\t72.34\t91.38\t32.79\t7.23\t17.58"),
 ]

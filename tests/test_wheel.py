@@ -37,6 +37,8 @@ def _build_wheel(tmp: Path) -> Path:
     for name in ("pyproject.toml", "README.md"):
         shutil.copy2(ROOT / name, src / name)
     shutil.copytree(ROOT / "robustbench_pid", src / "robustbench_pid", ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("attacks", "checkpoints"):  # mapped into the package by pyproject's package-dir
+        shutil.copytree(ROOT / name, src / name)
     pip = [sys.executable, "-m", "pip"]
     _run([*pip, "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(tmp / "dist"), str(src)], tmp, _env())
     (wheel,) = (tmp / "dist").glob("robustbench_pid-*.whl")

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import statistics
 import time
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Tuple
 
 import pandas as pd
 import torch
@@ -101,6 +101,11 @@ class Cost(Benchmark):
         reps = int(ctx.spec.benchmark_options.get(NAME, {}).get("reps", 3))
         params = json.dumps({"batch_size": n, "reps": reps, "device": str(ctx.device)}, sort_keys=True)
         return [Unit(NAME, "clean", 0.0, params, "", 0, n)]
+
+    def passes(self, ctx: Any, unit: Unit) -> Tuple[float, float]:
+        """Per sample of the batch: a warm-up and ``reps`` timed passes of each kind, plus the counted pass."""
+        reps = json.loads(unit.params).get("reps", 3) if unit.params else 3
+        return 2.0 + reps, 1.0 + reps
 
     def run_unit(self, ctx: Any, unit: Unit) -> pd.DataFrame:
         xs, ys, ids = [], [], []

@@ -81,12 +81,14 @@ def _num(v: Any) -> Optional[float]:
 
 def pick(summary: pd.DataFrame, row: Row, metric: str) -> Optional[pd.Series]:
     """The summary line that is ``metric`` of ``row`` (its attack at its eps, or the clean pass)."""
-    if metric == "corrupted_top1":
-        m = pick(summary, row, "mean_err")
+    derived = {"corrupted_top1": ("mean_err", lambda v: 100.0 - v), "params_m": ("params", lambda v: v / 1e6)}
+    if metric in derived:
+        source, fn = derived[metric]
+        m = pick(summary, row, source)
         if m is None:
             return None
         m = m.copy()
-        m["value"], m["ci_low"], m["ci_high"] = 100.0 - float(m["value"]), float("nan"), float("nan")
+        m["value"], m["ci_low"], m["ci_high"] = fn(float(m["value"])), float("nan"), float("nan")
         return m
     sub = summary[summary["metric"] == metric]
     bench = sub["benchmark"] if "benchmark" in sub else pd.Series("", index=sub.index)
@@ -136,16 +138,18 @@ def study_cells(out: Path) -> Tuple[Study, List[Cell], List[str]]:
 
 
 def _f(v: Optional[float], signed: bool = False) -> str:
+    """2 decimals (percentages, mCE, AUPR); 3 significant digits below 1 (seconds per sample)."""
     if v is None:
         return "—"
-    return f"{v:+.2f}" if signed else f"{v:.2f}"
+    spec = ".2f" if v == 0 or abs(v) >= 1 else ".3g"
+    return format(v, ("+" if signed else "") + spec)
 
 
 def _run_text(c: Cell) -> str:
     if c.value is None:
         return "—"
-    ci = f" [{c.ci_low:.2f}, {c.ci_high:.2f}]" if c.ci_low is not None and c.ci_high is not None else ""
-    return f"{c.value:.2f}{ci} n={c.n}" if c.n is not None else f"{c.value:.2f}{ci}"
+    ci = f" [{_f(c.ci_low)}, {_f(c.ci_high)}]" if c.ci_low is not None and c.ci_high is not None else ""
+    return f"{_f(c.value)}{ci} n={c.n}" if c.n is not None else f"{_f(c.value)}{ci}"
 
 
 def _groups(cells: List[Cell]) -> List[Tuple[str, str, str]]:

@@ -25,6 +25,8 @@ def row_passes(row: Row) -> Tuple[float, float]:
     bench = row.benchmark or ("imagenet_c" if row.dataset == "imagenet-c" else
                               "adversarial" if row.attack is not None or row.dataset in ("imagenet", "digits")
                               else "restricted")
+    if bench == "cost":  # one batch, per sample of it: warm-up + 3 timed passes of each kind + the counted pass
+        return get_benchmark("cost").passes(None, Unit("cost", "clean", 0.0, "", "", 0, 1))
     if row.attack is None:
         return (1.0 + IMAGENET_C_CONDITIONS, 0.0) if bench == "imagenet_c" else (1.0, 0.0)
     params = attack_settings(row)
@@ -75,6 +77,7 @@ def study_dry_run(plan: StudyPlan, **opts: Any) -> float:
 # docs/scaling.md's one-H100 fp32 rates for PID DeiT-tiny (issue 10's f+b figure, forward at ratio 2.0)
 H100_RATES = (7882.0, 3941.0)
 DOC_IMAGES = 50_000
+COST_BATCH = 128  # the cost benchmark measures one batch (--batch-size, default 128), not the whole set
 
 
 def studies_markdown(images: int = DOC_IMAGES, rates: Tuple[float, float] = H100_RATES) -> str:
@@ -94,13 +97,15 @@ def studies_markdown(images: int = DOC_IMAGES, rates: Tuple[float, float] = H100
         total = 0.0
         for r in s.rows:
             f, b = row_passes(r)
-            est = images * (f / rates[0] + b / rates[1])
+            est = (COST_BATCH if r.benchmark == "cost" else images) * (f / rates[0] + b / rates[1])
             total += est
             out.append(f"| `{r.name}` | {r.label} | {', '.join(METRICS[m] for m in r.metrics)} | {row_setting(r)} | "
                        f"{f:g} | {b:g} | {_fmt_s(est)} |")
         datasets = ", ".join(dict.fromkeys(r.dataset for r in s.rows))
+        n = f"one batch of {COST_BATCH} per row" if all(r.benchmark == "cost" for r in s.rows) else \
+            f"{images:,} images per row"
         out += ["", f"Datasets: {datasets}. Expected cost: about {_fmt_s(total)} per model on one H100 (fp32) "
-                f"for {images:,} images per row.", ""]
+                f"for {n}.", ""]
     return "\n".join(out)
 
 
