@@ -111,6 +111,15 @@ def test_missing_datasets_reported_at_the_start(data, tmp_path, capsys):
     assert str(tmp_path / "nowhere") in text and "not run" in text
     assert main(_cmd(data, "vit", out, "--only", "clean")) == 2  # not a column, no --as
     assert "--as COLUMN" in capsys.readouterr().err
+    assert main(["reproduce", "pidformer-table1", "--model", "pid_deit", "--data-root", str(tmp_path / "no")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "no row of study pidformer-table1 can run" in err
+    assert str(tmp_path / "no" / "imagenet" / "val") in err and "imagenet-c" in err
+    from robustbench_pid.run.study import resolve_column
+
+    rpc = load_study("rpc-table1")  # rpc_symvit as it comes is the 6-iteration column; 4 and 5 need --as
+    assert resolve_column(rpc, "rpc_symvit", None).name == "RPC-SymViT (6iter/layer1)"
+    assert resolve_column(rpc, "rpc_symvit", "RPC-SymViT (4iter/layer1)").model_args == {"pap_iterations": 4}
 
 
 def test_dry_run_prices_every_row_and_writes_nothing(data, tmp_path, capsys):

@@ -63,8 +63,9 @@ def resolve_column(study: Study, model: str, as_column: Optional[str]) -> Column
         return study.column(as_column)
     mine = [c for c in study.columns if c.model == model]
     cols = ", ".join(f"{c.name!r} ({c.model})" for c in study.columns)
-    if len(mine) == 1:
-        return mine[0]
+    plain = [c for c in mine if not c.model_args]  # rpc_symvit as it comes: the column without extra arguments
+    if len(mine) == 1 or len(plain) == 1:
+        return mine[0] if len(mine) == 1 else plain[0]
     if not mine:
         raise UserError(f"model {model!r} is not a column of study {study.name!r}; compare it with one of them "
                         f"with --as COLUMN. Columns: {cols}")
@@ -134,8 +135,10 @@ def plan_study(study_name: str, model: str, *, data_root: Optional[str] = None, 
         elif r.dataset == "imagenet-o" and plan.roots.get("imagenet") is None:
             plan.missing[r.name] = f"imagenet-o needs ImageNet val beside it (its in-distribution half): {where['imagenet']}"
     if len(plan.missing) == len(rows):
-        raise UserError("no row of study {} can run: {}".format(
-            study.name, "; ".join(f"row {k!r}: {v}" for k, v in plan.missing.items())))
+        reasons = "; ".join(dict.fromkeys(plan.missing.values()))
+        raise UserError(f"no row of study {study.name} can run: {reasons}. Give --data-root DIR holding "
+                        f"{', '.join(DATASET_DIRS[d] for d in sorted(needed) if d in DATASET_DIRS)}, "
+                        f"or --dataset-root DATASET=PATH")
     return plan
 
 
