@@ -87,6 +87,8 @@ def test_table1_both_models_resume_and_shards(data, tmp_path, capsys):
     assert row.value == pytest.approx(s.value) and row.n == s.n and row.ci_low == pytest.approx(s.ci_low)
     assert row.outside == (not s.ci_low - 0.005 <= 38.52 <= s.ci_high + 0.005)
     assert {"table.md", "table.tex"} <= {p.name for p in one.iterdir()}
+    boot = table[table.metric.isin(["mce", "aupr"])]  # bootstrap intervals from the records (none in summary.csv)
+    assert boot.ci_low.notna().all() and (boot.ci_low <= boot.value + 1e-9).all()
     # --shard 0/2 + 1/2 + merge = one process (rows with several units each)
     rows = ["--only", "clean", "--only", "pgd", "--only", "imagenet-c", "--only", "imagenet-o"]
     sharded = tmp_path / "sharded"
@@ -193,3 +195,14 @@ published."DeiT" = { params_m = 5.2, flops_per_sample = 1.0, sec_per_sample_test
     params = sum(p.numel() for p in rbp.load_model("deit").parameters())
     assert t.loc["params_m", "value"] == pytest.approx(params / 1e6, abs=1e-6) and t.loc["params_m", "n"] == 8
     assert t.loc["flops_per_sample", "value"] > 1e6 and t.loc["sec_per_sample_test", "value"] > 0
+
+
+def test_imagenet_c_error_matrix_pairs_conditions_by_image():
+    """ImageNet-C sample ids carry their condition ("fog/3/<wnid>/<file>"): the mCE bootstrap pairs by image."""
+    from robustbench_pid.results.comparisons import corruption_error_matrix
+
+    rows = [{"sample_id": f"{c}/{s}/n01/img_{i}.JPEG", "condition": f"{c}/{s}", "correct_top1": (i + s) % 2 == 0}
+            for c in CORRUPTIONS_15 for s in range(1, 6) for i in range(3)]
+    images, conditions, err = corruption_error_matrix(pd.DataFrame(rows))
+    assert list(images) == [f"n01/img_{i}.JPEG" for i in range(3)] and len(conditions) == 75
+    assert err.shape == (3, 75) and err[0, conditions.index("fog/2")] == 1.0 and err[1, conditions.index("fog/1")] == 0.0
