@@ -205,4 +205,4 @@ def test_imagenet_c_error_matrix_pairs_conditions_by_image():
             for c in CORRUPTIONS_15 for s in range(1, 6) for i in range(3)]
     images, conditions, err = corruption_error_matrix(pd.DataFrame(rows))
     assert list(images) == [f"n01/img_{i}.JPEG" for i in range(3)] and len(conditions) == 75
-    assert err.shape == (3, 75) and err[0, conditions.index("fog/2")] == 1.0 and err[1, conditions.index("fog/1")] == 0.0
+    assert err.shape == (3, 75) and err[0, conditions.index("fog/1")] == 1.0 and err[1, conditions.index("fog/1")] == 0.0 == err[0, conditions.index("fog/2")]
