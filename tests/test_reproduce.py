@@ -125,13 +125,21 @@ def test_missing_datasets_reported_at_the_start(data, tmp_path, capsys):
 
 
 def test_dry_run_prices_every_row_and_writes_nothing(data, tmp_path, capsys):
+    """The dry run's passes are the ones docs/studies.md prices (``row_passes`` x images)."""
+    from robustbench_pid.run.study_dryrun import row_passes
+
     out = tmp_path / "dry"
-    assert main(_cmd(data, "pid_deit", out, "--dry-run", "--calibration", "7882,3941", "--skip", "imagenet-c")) == 0
+    assert main(_cmd(data, "pid_deit", out, "--dry-run", "--calibration", "7882,3941")) == 0
     text = capsys.readouterr().out
     assert "total: about" in text and not out.exists()
-    assert [ln.split()[0] for ln in text.splitlines() if ln.split()[:1] and ln.split()[0] in
-            {r.name for r in load_study("pidformer-table1").rows}] == ["clean", "fgsm", "pgd", "spsa", "sld", "noise",
-                                                                       "imagenet-a", "imagenet-r", "imagenet-o"]
+    study = load_study("pidformer-table1")
+    lines = {ln.split()[0]: ln.split() for ln in text.splitlines() if ln.split()[:1] and
+             ln.split()[0] in {r.name for r in study.rows}}
+    assert list(lines) == [r.name for r in study.rows]
+    for r in study.rows:
+        samples, fwd, fb = (float(lines[r.name][i]) for i in (2, 5, 6))
+        images = samples / 76 if r.name == "imagenet-c" else samples  # IN-C: 75 conditions + clean per image
+        assert (fwd, fb) == (images * row_passes(r)[0], images * row_passes(r)[1]), r.name
 
 
 def test_digits_study_offline_with_as_and_both_protocols(tmp_path, capsys):
