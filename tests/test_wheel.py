@@ -75,6 +75,8 @@ def test_wheel_install_runs_the_readme_job(tmp_path: Path) -> None:
     assert {"smoke", "paper-table1", "eps-sweep", "autoattack"} <= {ln.split()[0] for ln in listed.splitlines()}
     released = _run([str(venv / "bin" / "robustbench-pid"), "fetch", "--list"], elsewhere, _env()).stdout
     assert site in released and {"deit_tiny", "fan_tiny"} <= {ln.split()[0] for ln in released.splitlines()[1:]}
+    studies = _run([str(venv / "bin" / "robustbench-pid"), "list", "studies"], elsewhere, _env()).stdout
+    assert {"pidformer-table1", "rpc-table2", "digits-smoke"} <= {ln.split()[0] for ln in studies.splitlines() if ln[:1] != " "}
 
     installed = _run([str(venv / "bin" / "evaluate"), *JOB, "--out", str(tmp_path / "wheel" / "run")], elsewhere,
                      _env())

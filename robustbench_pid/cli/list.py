@@ -5,11 +5,11 @@ import argparse
 import sys
 
 NAME = "list"
-HELP = "list registered attacks (with their settings), datasets, benchmarks or attack suites"
+HELP = "list registered attacks (with their settings), datasets, benchmarks, attack suites or studies (paper tables)"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("kind", choices=["attacks", "datasets", "benchmarks", "suites"])
+    p.add_argument("kind", choices=["attacks", "datasets", "benchmarks", "suites", "studies"])
 
 
 def run(a: argparse.Namespace) -> int:
@@ -35,6 +35,10 @@ def run(a: argparse.Namespace) -> int:
 
         for name in benchmark_names():
             print(f"{name:16s} {_first_line(type(get_benchmark(name)))}")
+    elif a.kind == "studies":
+        from ..study import format_studies
+
+        print(format_studies())
     else:
         from ..run.suites import load_suite, suite_names
 

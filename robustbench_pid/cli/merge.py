@@ -15,14 +15,21 @@ HELP = ("check that every work unit of a sharded run is present and every (confi
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="the run folder all shards wrote to (--out)")
+    p.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="the run folder all shards wrote to (--out), or a "
+                                                                 "study folder (reproduce --out): all its runs")
     p.add_argument("--quiet", action="store_true", help="print only errors")
 
 
 def run(args: argparse.Namespace) -> int:
     from ..results.report_text import format_summary
     from ..results.merge import merge
+    from ..results.study_table import is_study_folder, merge_study
 
+    if is_study_folder(args.run_dir):  # a study folder (reproduce --out): every row's run, then the table
+        table = merge_study(args.run_dir)
+        if not args.quiet:
+            print(table + f"\nmerged {args.run_dir}  (every row's run folder; table.md, table.csv, table.tex)")
+        return 0
     summary = merge(args.run_dir)
     if not args.quiet:
         print(format_summary(summary))

@@ -26,6 +26,6 @@ def run(args: argparse.Namespace) -> int:
     from ..results.report import write_report
 
     out = write_report(load_inputs(args.results, ce_baseline=args.ce_baseline), args.output, title=args.title,
-                       n_boot=args.n_boot)
+                       n_boot=args.n_boot, study_dir=Path(args.results[0]) if len(args.results) == 1 else None)
     print(f"wrote {out} ({out.stat().st_size // 1024} KiB, self-contained)")
     return 0

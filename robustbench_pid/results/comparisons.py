@@ -67,8 +67,15 @@ def corruption_error_matrix(recs: pd.DataFrame) -> Optional[Tuple[pd.Index, List
         r = r[names.isin(c15)]
     if r.empty:
         return None
-    mat = r.pivot_table(index="sample_id", columns="condition", values="correct_top1", aggfunc="first")
+    sid, cond = r["sample_id"].astype(str), r["condition"].astype(str)
+    prefixed = [s.startswith(c + "/") for s, c in zip(sid, cond)]
+    if prefixed and all(prefixed):  # ImageNet-C ids carry their condition ("fog/3/<wnid>/<file>"): pair by image
+        sid = pd.Series([s[len(c) + 1:] for s, c in zip(sid, cond)], index=r.index)
+    mat = r.assign(_image=sid).pivot_table(index="_image", columns="condition", values="correct_top1",
+                                           aggfunc="first")
     mat = mat.dropna()
+    if mat.empty:
+        return None
     return mat.index, list(mat.columns), 1.0 - mat.to_numpy(dtype=float)
 
 

@@ -163,10 +163,16 @@ def _comparisons_table(c: pd.DataFrame, title: str) -> Optional[Table]:
 
 
 def build_report(data: Any, title: str = "Robustness report", n_boot: int = 1000,
-                 ce_baseline: Optional[str] = None) -> str:
+                 ce_baseline: Optional[str] = None, study_dir: Optional[Path] = None) -> str:
     """The report as one HTML string: the inputs are prepared once and every section reads them."""
     inp = as_inputs(data, ce_baseline=ce_baseline)
     sections: List[str] = [skipped_notice(inp.runs)]
+    study_dir = study_dir or (Path(data) if isinstance(data, (str, Path)) else None)
+    if study_dir is not None:  # a study folder (reproduce --out): its table with the paper beside it
+        from .study_table import is_study_folder, render_html as study_html
+
+        if is_study_folder(Path(study_dir)):
+            sections.append(study_html(Path(study_dir)))
     try:
         paper = paper_tables(inp, n_boot=n_boot)
     except Exception as exc:  # noqa: BLE001  (e.g. nothing in paper shape: show the rest)
@@ -213,10 +219,10 @@ def build_report(data: Any, title: str = "Robustness report", n_boot: int = 1000
 
 
 def write_report(data: Any, out: Union[str, Path], title: str = "Robustness report", n_boot: int = 1000,
-                 ce_baseline: Optional[str] = None) -> Path:
+                 ce_baseline: Optional[str] = None, study_dir: Optional[Path] = None) -> Path:
     p = Path(out)
     p.parent.mkdir(parents=True, exist_ok=True)
     tmp = p.with_name(f".{p.name}.tmp")
-    tmp.write_text(build_report(data, title=title, n_boot=n_boot, ce_baseline=ce_baseline), encoding="utf-8")
+    tmp.write_text(build_report(data, title=title, n_boot=n_boot, ce_baseline=ce_baseline, study_dir=study_dir), encoding="utf-8")
     tmp.replace(p)
     return p

@@ -1,0 +1,74 @@
+"""``reproduce STUDY --model M``: run every row of a paper's table and print it with the published numbers beside."""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from ..specs import PRECISIONS, PROTOCOLS
+
+NAME = "reproduce"
+HELP = ("run a study (a paper's table: `robustbench-pid list studies`) for one model, every row in one study "
+        "folder, and print the table with the published values beside this run's")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("study", metavar="STUDY", help="a shipped study name (`robustbench-pid list studies`) or a .toml path")
+    p.add_argument("--model", required=True, help="a zoo model (the study maps each published column to one)")
+    p.add_argument("--checkpoint", help="the model's weights (as for evaluate)")
+    p.add_argument("--allow-pickle", action="store_true", help="allow full unpickling of trusted .pth files")
+    p.add_argument("--non-strict", action="store_true", help="load a checkpoint that does not fully fit (recorded)")
+    p.add_argument("--model-arg", action="append", default=[], metavar="KEY=VALUE",
+                   help="architecture argument (repeatable), on top of the column's own")
+    p.add_argument("--as", dest="as_column", metavar="COLUMN",
+                   help="compare with this published column (default: the column of --model)")
+    p.add_argument("--data-root", help="folder holding imagenet/val, imagenet-a, imagenet-r, imagenet-c, imagenet-o")
+    p.add_argument("--dataset-root", action="append", default=[], metavar="DATASET=PATH",
+                   help="where one dataset is, when not under --data-root by its conventional name (repeatable)")
+    p.add_argument("--out", type=Path, help="study folder (default: results/study-<STUDY>); several models and both "
+                                            "protocols can share one")
+    p.add_argument("--protocol", choices=PROTOCOLS, help="default: the study's (the paper's own)")
+    p.add_argument("--only", action="append", default=[], metavar="ROW", help="run only this row (repeatable)")
+    p.add_argument("--skip", action="append", default=[], metavar="ROW", help="leave this row out (repeatable)")
+    p.add_argument("--limit", type=int, help="first N samples per row (ImageNet-C/-O: a seeded subset of N)")
+    p.add_argument("--subset", type=int, help="a fixed seeded subset of N samples per row")
+    p.add_argument("--shard", help="i/n: compute only this shard's work units of every row (merge afterwards)")
+    p.add_argument("--dry-run", action="store_true", help="print each row's plan and time estimate; compute nothing")
+    p.add_argument("--calibration", metavar="FWD,FB", help="with --dry-run: price the plan at these images/s")
+    p.add_argument("--batch-size", type=int, default=128)
+    p.add_argument("--chunk-size", type=int, default=512)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--device", default="auto")
+    p.add_argument("--precision", default="fp32", choices=PRECISIONS)
+    p.add_argument("--workers", type=int, default=0)
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+
+
+RUN_OPTIONS = ("checkpoint", "allow_pickle", "non_strict", "model_arg", "limit", "subset", "shard", "batch_size",
+               "chunk_size", "seed", "device", "precision", "workers", "quiet")
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..run.spec_builder import key_values
+    from ..run.study import plan_study, reproduce
+
+    plan = plan_study(args.study, args.model, data_root=args.data_root, dataset_root=args.dataset_root, out=args.out,
+                      as_column=args.as_column, protocol=args.protocol, only=args.only, skip=args.skip)
+    opts = {k: getattr(args, k) for k in RUN_OPTIONS}
+    opts["model_arg"] = key_values(args.model_arg, "--model-arg")
+    if args.dry_run:
+        from ..run.study_dryrun import study_dry_run
+
+        study_dry_run(plan, **opts, calibration=args.calibration)
+        return 0
+    if args.calibration:
+        from ..errors import UserError
+
+        raise UserError("--calibration prices the plan of a --dry-run; add --dry-run")
+    table = reproduce(plan, **opts)
+    if table is None:
+        print(f"\nthis shard's rows are done; results are in {plan.out}. Once every shard has finished, "
+              f"`robustbench-pid merge {plan.out}` checks the runs and writes the table")
+        return 0
+    print("\n" + table)
+    print(f"wrote {plan.out}  (table.md, table.csv, table.tex; one run folder per row)")
+    return 0

@@ -1,0 +1,270 @@
+"""A study folder's table with the paper beside it (torch-free: reads files only).
+
+A study folder (``reproduce --out DIR``) holds ``study.toml`` (the study as it ran) and one entry
+per (model, published column) it was compared with, ``<model>@<column>/entry.json``, whose row run
+folders are ``<protocol>/<row>/`` (ordinary run folders). The table has the paper's rows and
+metrics in the paper's order and, per entry and protocol, the published value, this run's value
+with its 95% interval and n, the difference, and a mark where the published value lies outside
+the interval. Written as table.md / table.csv / table.tex beside the runs.
+"""
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Tuple
+
+import pandas as pd
+
+from ..study import METRICS, Row, Study, attack_settings, parse_study
+
+STUDY_FILE = "study.toml"
+ENTRY_FILE = "entry.json"
+MARK = "*"
+# published values are printed to 2 decimals: one within half a unit of the last digit of an interval's end is inside
+ROUNDING = 0.005 + 1e-9
+CSV_COLUMNS = ["study", "row", "label", "metric", "column", "model", "protocol", "paper", "value", "ci_low",
+               "ci_high", "n", "diff", "outside"]
+
+
+@dataclass
+class Cell:
+    row: str
+    label: str
+    metric: str
+    column: str
+    model: str
+    protocol: str
+    paper: Optional[float]
+    value: Optional[float]
+    ci_low: Optional[float]
+    ci_high: Optional[float]
+    n: Optional[int]
+
+    @property
+    def diff(self) -> Optional[float]:
+        if self.paper is None or self.value is None:
+            return None
+        d = self.value - self.paper
+        return 0.0 if abs(d) < ROUNDING else d
+
+    @property
+    def outside(self) -> Optional[bool]:
+        if self.paper is None or self.ci_low is None or self.ci_high is None:
+            return None
+        return not (self.ci_low - ROUNDING <= self.paper <= self.ci_high + ROUNDING)
+
+
+def is_study_folder(path: Path) -> bool:
+    return (Path(path) / STUDY_FILE).is_file()
+
+
+def entries(out: Path) -> List[Dict[str, Any]]:
+    """The (model, column) entries of a study folder, in the order they were first run."""
+    found = []
+    for f in sorted(Path(out).glob(f"*/{ENTRY_FILE}")):
+        info = json.loads(f.read_text())
+        found.append({**info, "dir": f.parent})
+    return sorted(found, key=lambda e: (e.get("created", ""), str(e["dir"])))
+
+
+def _num(v: Any) -> Optional[float]:
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return None
+    return f if math.isfinite(f) else None
+
+
+def pick(summary: pd.DataFrame, row: Row, metric: str) -> Optional[pd.Series]:
+    """The summary line that is ``metric`` of ``row`` (its attack at its eps, or the clean pass)."""
+    derived = {"corrupted_top1": ("mean_err", lambda v: 100.0 - v), "params_m": ("params", lambda v: v / 1e6)}
+    if metric in derived:
+        source, fn = derived[metric]
+        m = pick(summary, row, source)
+        if m is None:
+            return None
+        m = m.copy()
+        m["value"], m["ci_low"], m["ci_high"] = fn(float(m["value"])), float("nan"), float("nan")
+        return m
+    sub = summary[summary["metric"] == metric]
+    bench = sub["benchmark"] if "benchmark" in sub else pd.Series("", index=sub.index)
+    if row.attack is not None:
+        sub = sub[sub["attack"] == row.attack["name"]]
+        eps = attack_settings(row).get("eps")
+        if eps is not None:
+            sub = sub[(sub["eps"].astype(float) - eps).abs() <= 1e-6 * max(1.0, eps)]
+    elif (bench == "adversarial").any():
+        sub = sub[sub["attack"] == "clean"]
+    return None if sub.empty else sub.iloc[0]
+
+
+BOOTSTRAPPED = {"mce", "relative_mce", "aupr"}  # the summary gives them no interval; the records do
+
+
+def with_bootstrap_interval(line: pd.Series, run_dir: Path, n_boot: int = 1000) -> pd.Series:
+    """``line`` with the 95% bootstrap interval of its mCE / AUPR over the run's images (as ``table`` shows)."""
+    from .comparisons import interval_from_records
+
+    line = line.copy()
+    line["ci_low"], line["ci_high"] = interval_from_records(line, pd.read_parquet(run_dir / "records.parquet"),
+                                                            n_boot=n_boot)
+    return line
+
+
+def _complete(run_dir: Path) -> bool:
+    try:
+        return json.loads((run_dir / "run.json").read_text()).get("status") == "complete"
+    except (OSError, ValueError):
+        return False
+
+
+def study_cells(out: Path) -> Tuple[Study, List[Cell], List[str]]:
+    """The study of folder ``out``, a cell per (row, metric, entry, protocol) and notes (missing rows)."""
+    out = Path(out)
+    found = entries(out)
+    study = parse_study(out / STUDY_FILE, name=next((e["study"] for e in found if e.get("study")), None))
+    cells: List[Cell] = []
+    notes: List[str] = []
+    for e in found:
+        protocols = sorted(p.name for p in e["dir"].iterdir() if p.is_dir())
+        for proto in protocols:
+            for r in study.rows:
+                run_dir = e["dir"] / proto / r.name
+                summary = pd.read_csv(run_dir / "summary.csv") if _complete(run_dir) else None
+                if summary is None:
+                    notes.append(f"{e['model']} as {e['column']!r}, {proto} protocol: row {r.name!r} not run "
+                                 f"(or not finished) in {run_dir}")
+                for m in r.metrics:
+                    line = pick(summary, r, m) if summary is not None else None
+                    if line is not None and m in BOOTSTRAPPED and _num(line["ci_low"]) is None:
+                        line = with_bootstrap_interval(line, run_dir)
+                    paper = (r.published or {}).get(e["column"], {}).get(m)
+                    n = _num(line["n"]) if line is not None else None
+                    cells.append(Cell(r.name, r.label, m, e["column"], e["model"], proto, paper,
+                                      _num(line["value"]) if line is not None else None,
+                                      _num(line["ci_low"]) if line is not None else None,
+                                      _num(line["ci_high"]) if line is not None else None,
+                                      int(n) if n is not None else None))
+    return study, cells, notes
+
+
+def _f(v: Optional[float], signed: bool = False) -> str:
+    """2 decimals (percentages, mCE, AUPR); 3 significant digits below 1 (seconds per sample)."""
+    if v is None:
+        return "—"
+    spec = ".2f" if v == 0 or abs(v) >= 1 else ".3g"
+    return format(v, ("+" if signed else "") + spec)
+
+
+def _run_text(c: Cell) -> str:
+    if c.value is None:
+        return "—"
+    ci = f" [{_f(c.ci_low)}, {_f(c.ci_high)}]" if c.ci_low is not None and c.ci_high is not None else ""
+    return f"{_f(c.value)}{ci} n={c.n}" if c.n is not None else f"{_f(c.value)}{ci}"
+
+
+def _groups(cells: List[Cell]) -> List[Tuple[str, str, str]]:
+    return list(dict.fromkeys((c.column, c.model, c.protocol) for c in cells))
+
+
+def _grid(study: Study, cells: List[Cell]) -> Tuple[List[str], List[List[str]]]:
+    groups = _groups(cells)
+    by = {(c.row, c.metric, c.column, c.model, c.protocol): c for c in cells}
+    header = ["", "metric"]
+    for col, model, proto in groups:
+        who = f"{col} ({model}, {proto})"
+        header += [f"{who}: paper", "this run (95% CI, n)", "diff", ""]
+    body: List[List[str]] = []
+    for r in study.rows:
+        for i, m in enumerate(r.metrics):
+            line = [r.label if i == 0 else "", METRICS[m]]
+            for g in groups:
+                c = by.get((r.name, m) + g)
+                if c is None:
+                    line += ["—", "—", "—", ""]
+                    continue
+                line += [_f(c.paper), _run_text(c), _f(c.diff, signed=True), MARK if c.outside else ""]
+            body.append(line)
+    return header, body
+
+
+def _legend(study: Study) -> str:
+    return (f"{MARK}: the published value lies outside this run's 95% interval. Source: {study.source}. "
+            f"Rows without a published value: the paper prints none.")
+
+
+def render_markdown(study: Study, cells: List[Cell], notes: List[str]) -> str:
+    header, body = _grid(study, cells)
+    esc = [[t.replace("|", "\\|") for t in row] for row in [header] + body]
+    lines = [f"### {study.title}", "", "| " + " | ".join(esc[0]) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(r) + " |" for r in esc[1:]]
+    lines += ["", _legend(study)] + [f"- {n}" for n in notes]
+    return "\n".join(lines) + "\n"
+
+
+def render_latex(study: Study, cells: List[Cell]) -> str:
+    header, body = _grid(study, cells)
+
+    def tex(s: str) -> str:
+        for a, b in (("\\", r"\textbackslash{}"), ("&", r"\&"), ("%", r"\%"), ("_", r"\_"), ("#", r"\#"),
+                     ("↓", r"$\downarrow$"), ("—", "--"), ("*", r"$^*$")):
+            s = s.replace(a, b)
+        return s
+
+    lines = [f"% {study.title}", r"\begin{tabular}{" + "l" * len(header) + "}", r"\hline",
+             " & ".join(tex(h) for h in header) + r" \\", r"\hline"]
+    lines += [" & ".join(tex(t) for t in row) + r" \\" for row in body]
+    lines += [r"\hline", r"\end{tabular}"]
+    return "\n".join(lines) + "\n"
+
+
+def render_csv(study: Study, cells: List[Cell]) -> str:
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(CSV_COLUMNS)
+    for c in cells:
+        w.writerow([study.name, c.row, c.label, c.metric, c.column, c.model, c.protocol,
+                    "" if c.paper is None else c.paper, "" if c.value is None else round(c.value, 6),
+                    "" if c.ci_low is None else round(c.ci_low, 6), "" if c.ci_high is None else round(c.ci_high, 6),
+                    "" if c.n is None else c.n, "" if c.diff is None else round(c.diff, 6),
+                    "" if c.outside is None else c.outside])
+    return buf.getvalue()
+
+
+def render_html(out: Path) -> str:
+    """The study table as an HTML section (the report's hook)."""
+    import html
+
+    study, cells, notes = study_cells(out)
+    header, body = _grid(study, cells)
+    rows = "".join("<tr>" + "".join(f"<td>{html.escape(t)}</td>" for t in r) + "</tr>" for r in body)
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
+    notes_html = "".join(f"<li>{html.escape(n)}</li>" for n in notes)
+    return (f"<h2>{html.escape(study.title)}</h2><div style='overflow-x:auto'><table><thead><tr>{head}</tr></thead>"
+            f"<tbody>{rows}</tbody></table></div><p>{html.escape(_legend(study))}</p><ul>{notes_html}</ul>")
+
+
+def write_study_table(out: Path) -> str:
+    """Write table.md / table.csv / table.tex into study folder ``out``; return the Markdown."""
+    from .run_files import atomic_write_bytes
+
+    out = Path(out)
+    study, cells, notes = study_cells(out)
+    md = render_markdown(study, cells, notes)
+    for name, text in (("table.md", md), ("table.csv", render_csv(study, cells)),
+                       ("table.tex", render_latex(study, cells))):
+        atomic_write_bytes(out / name, text.encode(), durable=False)
+    return md
+
+
+def merge_study(out: Path) -> str:
+    """``merge STUDY_DIR``: merge every row's run folder (checking it as ``merge RUN_DIR`` does), then the table."""
+    from .merge import merge
+
+    for plan in sorted(Path(out).glob("*/*/*/plan.json")):
+        merge(plan.parent)
+    return write_study_table(out)

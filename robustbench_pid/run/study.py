@@ -1,0 +1,201 @@
+"""``reproduce``: one command runs a study (a paper's table) for one model, row after row.
+
+Each row is one ordinary run (one RunSpec through ``build_spec`` and the runner) in its own run
+folder ``OUT/<model>@<column>/<protocol>/<row>/``, so resume, ``--shard i/n``, ``--limit`` /
+``--subset`` and ``merge`` work on the study as they do on a run: re-running the command skips
+finished work units; every shard takes its share of each row's units. Several models (one command
+each), and both protocols, share one study folder; the table shows a column group per
+(model, published column, protocol).
+
+Datasets are found under one ``--data-root`` by their conventional folder names (``DATASET_DIRS``),
+or given one by one (``--dataset-root imagenet-c=/path``). Rows whose dataset is missing are
+reported before anything runs and left out of the run (the table says so).
+"""
+from __future__ import annotations
+
+import re
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+from ..errors import UserError
+from ..results.run_files import now, read_json, write_json
+from ..results.study_table import ENTRY_FILE, STUDY_FILE, is_study_folder, write_study_table
+from ..specs import RunSpec
+from ..study import Column, Row, Study, attack_settings, load_study
+
+# dataset -> folder under --data-root (imagenet: the validation images, with or without its val/ level)
+DATASET_DIRS = {"imagenet": "imagenet/val", "imagenet-a": "imagenet-a", "imagenet-r": "imagenet-r",
+                "imagenet-c": "imagenet-c", "imagenet-o": "imagenet-o", "imagenet-v2": "imagenet-v2",
+                "imagenet-sketch": "imagenet-sketch"}
+# datasets whose samples come in conditions (IN-C) or two halves (IN-O): --limit N is taken as --subset N,
+# the first N samples would be one condition / one half only
+LIMIT_AS_SUBSET = {"imagenet-c", "imagenet-o"}
+
+
+@dataclass
+class StudyPlan:
+    study: Study
+    column: Column
+    model: str
+    protocol: str
+    out: Path
+    rows: List[Row]
+    roots: Dict[str, Optional[str]] = field(default_factory=dict)  # dataset -> root (None: needs none)
+    missing: Dict[str, str] = field(default_factory=dict)  # row -> why it cannot run
+
+    @property
+    def entry(self) -> Path:
+        return self.out / slug(f"{self.model}@{self.column.name}")
+
+    def row_dir(self, row: Row) -> Path:
+        return self.entry / self.protocol / row.name
+
+
+def slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.@+-]+", "-", text).strip("-")
+
+
+def resolve_column(study: Study, model: str, as_column: Optional[str]) -> Column:
+    """The published column ``model`` is compared with: ``--as COLUMN``, or the column of that model."""
+    if as_column is not None:
+        return study.column(as_column)
+    mine = [c for c in study.columns if c.model == model]
+    cols = ", ".join(f"{c.name!r} ({c.model})" for c in study.columns)
+    plain = [c for c in mine if not c.model_args]  # rpc_symvit as it comes: the column without extra arguments
+    if len(mine) == 1 or len(plain) == 1:
+        return mine[0] if len(mine) == 1 else plain[0]
+    if not mine:
+        raise UserError(f"model {model!r} is not a column of study {study.name!r}; compare it with one of them "
+                        f"with --as COLUMN. Columns: {cols}")
+    raise UserError(f"model {model!r} is several columns of study {study.name!r} (with different architecture "
+                    f"arguments); pick one with --as COLUMN. Columns: {cols}")
+
+
+def select_rows(study: Study, only: Sequence[str], skip: Sequence[str]) -> List[Row]:
+    for name in [*only, *skip]:
+        study.row(name)  # unknown names: refused, listing the rows
+    rows = [r for r in study.rows if (not only or r.name in only) and r.name not in skip]
+    if not rows:
+        raise UserError(f"--only/--skip leave no row of study {study.name!r} to run")
+    return rows
+
+
+def parse_dataset_roots(items: Sequence[str]) -> Dict[str, str]:
+    from ..data import datasets
+
+    out: Dict[str, str] = {}
+    for kv in items:
+        if "=" not in kv:
+            raise UserError(f"--dataset-root {kv!r}: expected DATASET=PATH, e.g. imagenet-c=/data/ImageNet-C")
+        k, v = (t.strip() for t in kv.split("=", 1))
+        if k not in datasets:
+            raise UserError(f"--dataset-root {kv!r}: unknown dataset {k!r}; valid: {', '.join(datasets.names())}")
+        out[k] = v
+    return out
+
+
+def find_root(dataset: str, data_root: Optional[str], overrides: Dict[str, str]) -> Tuple[Optional[str], str]:
+    """(root or None, where it was looked for)."""
+    if dataset in overrides:
+        p = Path(overrides[dataset])
+        return (str(p) if p.is_dir() else None), f"{p} (--dataset-root {dataset}=...)"
+    if dataset not in DATASET_DIRS:
+        return None, f"no conventional folder: give --dataset-root {dataset}=PATH"
+    if data_root is None:
+        return None, f"no --data-root given (looked for DATA_ROOT/{DATASET_DIRS[dataset]})"
+    p = Path(data_root) / DATASET_DIRS[dataset]
+    if dataset == "imagenet" and not p.is_dir() and (p.parent / "n01440764").is_dir():
+        p = p.parent  # imagenet/<wnid>/ without the val/ level
+    return (str(p) if p.is_dir() else None), str(p)
+
+
+def plan_study(study_name: str, model: str, *, data_root: Optional[str] = None, dataset_root: Sequence[str] = (),
+               out: Optional[str] = None, as_column: Optional[str] = None, protocol: Optional[str] = None,
+               only: Sequence[str] = (), skip: Sequence[str] = ()) -> StudyPlan:
+    from ..data import dataset_info
+
+    study = load_study(study_name)
+    column = resolve_column(study, model, as_column)
+    rows = select_rows(study, only, skip)
+    overrides = parse_dataset_roots(dataset_root)
+    plan = StudyPlan(study, column, model, protocol or study.protocol,
+                     Path(out) if out else Path("results") / f"study-{study.name}", rows)
+    needed = {r.dataset for r in rows} | ({"imagenet"} if {r.dataset for r in rows} & LIMIT_AS_SUBSET else set())
+    where: Dict[str, str] = {}
+    for ds in sorted(needed):
+        if not dataset_info(ds).needs_root:
+            plan.roots[ds] = None
+            continue
+        plan.roots[ds], where[ds] = find_root(ds, data_root, overrides)
+    for r in rows:
+        if dataset_info(r.dataset).needs_root and plan.roots.get(r.dataset) is None:
+            plan.missing[r.name] = f"dataset {r.dataset} not found: {where[r.dataset]}"
+        elif r.dataset == "imagenet-o" and plan.roots.get("imagenet") is None:
+            plan.missing[r.name] = f"imagenet-o needs ImageNet val beside it (its in-distribution half): {where['imagenet']}"
+    if len(plan.missing) == len(rows):
+        reasons = "; ".join(dict.fromkeys(plan.missing.values()))
+        raise UserError(f"no row of study {study.name} can run: {reasons}. Give --data-root DIR holding "
+                        f"{', '.join(DATASET_DIRS[d] for d in sorted(needed) if d in DATASET_DIRS)}, "
+                        f"or --dataset-root DATASET=PATH")
+    return plan
+
+
+def row_spec(plan: StudyPlan, row: Row, **opts: Any) -> RunSpec:
+    """The ordinary RunSpec of one row (``opts``: the ``evaluate`` keywords the command passes on)."""
+    from .spec_builder import build_spec
+
+    model_arg = {**plan.column.model_args, **dict(opts.pop("model_arg", None) or {})}
+    limit, subset = opts.pop("limit", None), opts.pop("subset", None)
+    if row.dataset in LIMIT_AS_SUBSET and limit is not None and subset is None:
+        limit, subset = None, limit
+    attack: Dict[str, Any] = {}
+    if row.attack is not None:
+        settings = attack_settings(row)
+        eps = settings.pop("eps", None)
+        attack = {"attack": [row.attack["name"]], "eps": None if eps is None else [eps], "param": settings}
+    needs_in = row.dataset in LIMIT_AS_SUBSET
+    return build_spec(plan.model, dataset=row.dataset, data_root=plan.roots.get(row.dataset),
+                      imagenet_root=plan.roots.get("imagenet") if needs_in else None, benchmark=row.benchmark,
+                      protocol=plan.protocol, model_arg=model_arg, limit=limit, subset=subset,
+                      out=plan.row_dir(row), **attack, **opts)
+
+
+def prepare_folder(plan: StudyPlan, checkpoint: Optional[str]) -> None:
+    """The study copy and the entry file; a folder holding another study is refused."""
+    plan.out.mkdir(parents=True, exist_ok=True)
+    copy = plan.out / STUDY_FILE
+    text = plan.study.path.read_text()
+    if is_study_folder(plan.out) and copy.read_text() != text:
+        raise UserError(f"{plan.out} holds another study (its {STUDY_FILE} differs from {plan.study.path}); "
+                        f"give another --out")
+    if not copy.is_file():
+        shutil.copyfile(plan.study.path, copy)
+    plan.entry.mkdir(exist_ok=True)
+    old = read_json(plan.entry / ENTRY_FILE) or {}
+    write_json(plan.entry / ENTRY_FILE, {"study": plan.study.name, "model": plan.model, "column": plan.column.name,
+                                         "model_args": plan.column.model_args, "checkpoint": checkpoint,
+                                         "created": old.get("created") or now()})
+
+
+def report_missing(plan: StudyPlan) -> None:
+    for name, why in plan.missing.items():
+        print(f"missing: row {name!r} will not run: {why} (give --dataset-root DATASET=PATH, or --skip {name})")
+
+
+def reproduce(plan: StudyPlan, **opts: Any) -> Optional[str]:
+    """Run every row of ``plan`` that can run; the table's Markdown once every row is complete, else None."""
+    from .runner import run
+
+    report_missing(plan)
+    prepare_folder(plan, opts.get("checkpoint"))
+    rows = [r for r in plan.rows if r.name not in plan.missing]
+    specs = [(r, row_spec(plan, r, **dict(opts))) for r in rows]  # every row's settings checked before any work
+    for i, (r, spec) in enumerate(specs):
+        if not spec.quiet:
+            print(f"[{i + 1}/{len(specs)}] row {r.name!r} ({r.label}): {spec.dataset}, {plan.protocol} protocol -> "
+                  f"{spec.out}")
+        run(spec)
+    done = all((read_json(plan.row_dir(r) / "run.json") or {}).get("status") == "complete" for r in rows)
+    return write_study_table(plan.out) if done else None
