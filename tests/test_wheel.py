@@ -34,7 +34,7 @@ def _build_wheel(tmp: Path) -> Path:
     """Build from a copy of the sources, so the checkout gets no build/ or egg-info folders."""
     src = tmp / "src"
     src.mkdir()
-    for name in ("pyproject.toml", "README.md"):
+    for name in ("pyproject.toml", "setup.py", "README.md"):
         shutil.copy2(ROOT / name, src / name)
     for folder in ("robustbench_pid", "attacks", "checkpoints"):  # the top-level data folders map into the wheel
         shutil.copytree(ROOT / folder, src / folder, ignore=shutil.ignore_patterns("__pycache__", "*.lock"))
