@@ -61,17 +61,19 @@ def test_sigkilled_study_resumes_to_the_uninterrupted_table(data, tmp_path, caps
     study = load_study("pidformer-table1")
     out = tmp_path / "killed"
     cmd = [sys.executable, "-m", "robustbench_pid", *args(data, out)]
-    proc = subprocess.Popen(cmd, env=env1(), cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    log = tmp_path / "killed.log"  # a file, not a pipe: a full pipe would stall the process we wait for
+    with log.open("wb") as f:
+        proc = subprocess.Popen(cmd, env=env1(), cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=f)
     row = out / "pid_deit@PID-DeiT" / "paper" / ROW
     deadline = time.time() + 120
     while len(done_units(row)) < 3 and proc.poll() is None and time.time() < deadline:
         time.sleep(0.01)
     os.kill(proc.pid, signal.SIGKILL)
-    err = proc.communicate()[1].decode()
-    assert proc.returncode == -signal.SIGKILL, f"the study finished (or failed) before it could be killed: {err[-2000:]}"
+    proc.wait()
+    assert proc.returncode == -signal.SIGKILL, f"finished (or failed) before the kill: {log.read_text()[-2000:]}"
     before = all_done_units(out)
     rows = row_dirs(out)
-    assert 3 <= len(done_units(row)) < 4 and ROW in rows and len(rows) < len(study.rows)
+    assert len(done_units(row)) == 3 and ROW in rows and len(rows) < len(study.rows)
     # the killed state looks unfinished everywhere: the row killed "running", no table, merge refuses it
     assert status(row) == "running" and not (row / "records.parquet").exists()
     assert not any((out / f"table.{ext}").exists() for ext in ("md", "csv", "tex"))
@@ -107,3 +109,41 @@ def test_sigkilled_study_resumes_to_the_uninterrupted_table(data, tmp_path, caps
     for name, d in rows.items():  # and so do the per-sample records of every row
         pd.testing.assert_frame_equal(pd.read_parquet(d / "records.parquet"),
                                       pd.read_parquet(row_dirs(ref)[name] / "records.parquet"), check_exact=True)
+
+
+class Killed(BaseException):
+    """Stands for the SIGKILL (nothing catches it): the command stops between two rows."""
+
+
+def test_a_rerun_cut_short_leaves_no_stale_table(tmp_path, capsys, monkeypatch):
+    """A finished study re-run with other settings resets each row as it reaches it: cut short, the old
+    table (every row "complete", n=8) would contradict the rows (the first one now n=4). No table is left
+    until the command (or ``merge``) finishes; then it is the new settings' table."""
+    from robustbench_pid.run import runner
+
+    out = tmp_path / "d"
+    base = ["reproduce", "digits-smoke", "--model", "pid_deit", "--quiet", "--device", "cpu", "--out", str(out),
+            "--only", "clean", "--only", "fgsm-2"]
+    assert main([*base, "--limit", "8"]) == 0
+    t = pd.read_csv(out / "table.csv")
+    assert set(t[t.row.isin(["clean", "fgsm-2"])].n) == {8}
+    real, calls = runner.run, []
+
+    def killed_after_one_row(spec):
+        if calls:
+            raise Killed()
+        calls.append(spec.out)
+        return real(spec)
+
+    monkeypatch.setattr(runner, "run", killed_after_one_row)
+    try:
+        main([*base, "--limit", "4"])
+    except Killed:
+        pass
+    assert [p.name for p in calls] == ["clean"] and status(calls[0]) == "complete"
+    assert not any((out / f"table.{ext}").exists() for ext in ("md", "csv", "tex"))
+    monkeypatch.setattr(runner, "run", real)
+    assert main([*base, "--limit", "4"]) == 0
+    t = pd.read_csv(out / "table.csv")
+    assert set(t[t.row.isin(["clean", "fgsm-2"])].n) == {4}
+    capsys.readouterr()
