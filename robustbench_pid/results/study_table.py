@@ -261,6 +261,14 @@ def write_study_table(out: Path) -> str:
     return md
 
 
+def drop_study_table(out: Path) -> None:
+    """Remove table.md / table.csv / table.tex: a command about to change the rows makes them stale (a run
+    re-planned with other settings resets its row), and one killed midway must not leave a table that looks
+    finished but disagrees with the rows; the command's end (or ``merge``) writes them again."""
+    for name in ("table.md", "table.csv", "table.tex"):
+        (Path(out) / name).unlink(missing_ok=True)
+
+
 def merge_study(out: Path) -> str:
     """``merge STUDY_DIR``: merge every row's run folder (checking it as ``merge RUN_DIR`` does), then the table."""
     from .merge import merge
