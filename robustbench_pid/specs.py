@@ -68,6 +68,11 @@ class RunSpec:
     shard: Optional[str] = None  # "i/n"
     quiet: bool = False
     arch_kwargs: Dict[str, Any] = field(default_factory=dict)
+    # evidence that each attack worked (docs/attacks.md): indicators of attack failure (adds the
+    # unconstrained runs), per-iteration losses to trace.parquet, fp32 re-runs of N samples
+    indicators: bool = False
+    trace: bool = False
+    agreement: int = 0
 
     def as_dict(self) -> Dict[str, Any]:
         d = asdict(self)

@@ -26,6 +26,8 @@ def unit_key(ctx: Any, u: Unit) -> str:
         "dataset": ctx.spec.dataset, "split": ctx.spec.split, "protocol": ctx.spec.protocol,
         "seed": ctx.spec.seed, "batch_size": ctx.batch_size, "precision": ctx.spec.precision,
         "bench_opts": ctx.spec.benchmark_options,
+        **({"evidence": [ctx.spec.indicators, ctx.spec.trace, ctx.spec.agreement]}
+           if ctx.spec.indicators or ctx.spec.trace or ctx.spec.agreement else {}),
         # data objects (rbp.evaluate(data=...)) are known by their content, not by a name
         **({"data_sha256": ctx.dataset.content_sha256} if getattr(ctx.dataset, "content_sha256", None) else {}),
     })
