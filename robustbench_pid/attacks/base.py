@@ -174,8 +174,13 @@ def draw(kind: str, shape: Sequence[int], generator: torch.Generator, device: to
     """
     shape = tuple(int(s) for s in shape)
     if _ALIGNED and shape and shape[0] == len(_ALIGNED[1]):  # a re-run on some rows: draw as the full batch did
-        n_full, rows = _ALIGNED
-        return draw(kind, (n_full,) + shape[1:], generator, device, dtype)[rows.to(device)]
+        n_full, rows = saved = list(_ALIGNED)
+        _ALIGNED.clear()
+        try:
+            full = draw(kind, (n_full,) + shape[1:], generator, device, dtype)
+        finally:
+            _ALIGNED[:] = saved
+        return full[rows.to(device)]
     src = generator.device
     if kind == "rand":
         t = torch.rand(shape, generator=generator, device=src, dtype=dtype)

@@ -42,6 +42,8 @@ def evidence_matrix(summary: pd.DataFrame) -> Tuple[pd.DataFrame, List[str]]:
             cells.append(f"n/a{notes.index(note) + 1}")
         elif m.startswith("passes"):
             cells.append(f"{r['value']:.1f}")
+        elif m == "agreement":  # the interval says how much a clean sweep of N checks is worth
+            cells.append(f"{r['value']:.1f}% [{r['ci_low']:.1f}, {r['ci_high']:.1f}] n={int(r['n'])}")
         else:
             cells.append(f"{r['value']:.1f}%")
             note = r.get("note", "")
