@@ -200,3 +200,23 @@ def test_bf16_agreement_on_cpu(tmp_path):
     assert row["n"] == len(att) and att["agreement"].notna().all()
     assert row["value"] == pytest.approx(100 * att["agreement"].mean())
     assert row["ci_low"] <= row["value"] <= row["ci_high"]
+
+
+def test_cli_prints_the_matrix_and_the_report_shows_it(tmp_path):
+    """`evaluate --indicators` prints the condition x indicator matrix (n/a with its reason where an
+    indicator cannot be computed), and the HTML report has the same matrix."""
+    import subprocess
+    import sys
+
+    from robustbench_pid.results.report import build_report
+
+    out = tmp_path / "r"
+    p = subprocess.run([sys.executable, "-m", "robustbench_pid", "evaluate", "--model", "pid_deit", "--attack", "fgsm",
+                        "--eps", "4/255", "--indicators", "--limit", "8", "--quiet", "--out", str(out)],
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    text = p.stdout[p.stdout.index("evidence that each attack worked"):]
+    assert "FGSM @ 4/255" in text and "[unconstrained]" in text
+    assert "n/a" in text and "no loss trace" in text and "surrogate" in text
+    page = build_report(out)
+    assert "Evidence that each attack worked" in page and "unconstrained" in page and "n/a" in page

@@ -24,6 +24,7 @@ import torch.nn.functional as F
 
 from ..labels import number
 from ..errors import UserError
+from .telemetry import ENABLED as _TELEMETRY_ON
 from .telemetry import Telemetry
 
 Bounds = Optional[Tuple[float, float]]
@@ -132,7 +133,7 @@ class Attack:
                  trace: bool = False) -> torch.Tensor:
         """``trace``: also keep every sample's loss per iteration (``self.telemetry.trace()``)."""
         self.stats = {}
-        self.telemetry = Telemetry(len(x), x.device, trace)
+        self.telemetry = Telemetry(len(x), x.device, trace) if _TELEMETRY_ON[0] else None
         if generator is None:
             generator = torch.Generator().manual_seed(0)  # on CPU: the same draws on every device
         x = x.detach()

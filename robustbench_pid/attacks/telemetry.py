@@ -16,6 +16,9 @@ from typing import Dict, List, Optional, Tuple
 import torch
 import torch.nn.functional as F
 
+# Off only in benchmarks/bench_evidence.py, which times a run with and without the telemetry.
+ENABLED = [True]
+
 
 def neg_margin(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """Per sample ``max_{j != y} z_j - z_y`` (> 0 once misclassified at top-1)."""

@@ -25,6 +25,7 @@ import torch
 
 from ..attacks import make_attack
 from ..attacks.base import aligned_draws, still_correct
+from ..attacks.telemetry import ENABLED as TELEMETRY_ON
 from ..attacks.telemetry import Telemetry, attack_loss, neg_margin
 from ..device import attack_precision
 from ..results.indicators import (LIBRARY_ATTACKS, UNCONSTRAINED, UNCONSTRAINED_EPS, UNSTABLE_DRAWS, UNSTABLE_RADIUS,
@@ -72,6 +73,8 @@ def _scatter(n: int, sel: torch.Tensor, v: torch.Tensor, fill: Any) -> torch.Ten
 def batch_evidence(ctx: Any, unit: Unit, b: Any, sel: torch.Tensor, gen_state: Optional[torch.Tensor]) -> Dict[str, Any]:
     """The evidence columns of one attacked batch ``b`` (``AttackedBatch`` with verdict logits)."""
     attack, y, n = b.attack, b.y, len(b.y)
+    if not TELEMETRY_ON[0]:  # switched off by the overhead benchmark only
+        return {}
     tel = attack.telemetry if len(sel) else Telemetry(0, y.device, wants_trace(ctx))  # nothing attacked
     nan = float("nan")
     if tel is None or tel.n != len(sel):
@@ -80,7 +83,8 @@ def batch_evidence(ctx: Any, unit: Unit, b: Any, sel: torch.Tensor, gen_state: O
     t = tel.columns()
     library = attack.name in LIBRARY_ATTACKS
     ys, logits = y[sel], b.adv_logits[sel]
-    end = attack_loss(attack.loss_kind, logits, ys)
+    target = b.clean_pred[sel] if b.paper else ys  # the labels the attack was given (paper: its own predictions)
+    end = attack_loss(attack.loss_kind, logits, target)
     cols["passes_forward"] = _scatter(n, sel, t["passes_forward"] + 1, 0.0)  # + the verdict pass
     cols["passes_backward"] = _scatter(n, sel, t["passes_backward"], 0.0)
     cols["iterations"] = _scatter(n, sel, torch.full_like(end, nan) if library else t["iterations"], nan)
@@ -89,8 +93,8 @@ def batch_evidence(ctx: Any, unit: Unit, b: Any, sel: torch.Tensor, gen_state: O
     cols["loss_end"] = _scatter(n, sel, end, nan)
     cols["margin"] = _scatter(n, sel, -neg_margin(logits, ys), nan)
     ever = t["ever_adversarial"].float() if not library else torch.full_like(end, nan)
-    cols["ever_adversarial"] = _scatter(n, sel, torch.fmax(ever, (logits.argmax(1) != ys).float()) if not library
-                                        else ever, nan)
+    cols["ever_adversarial"] = _scatter(n, sel, torch.fmax(ever, (logits.argmax(1) != target).float())
+                                        if not library else ever, nan)
     zero = t["grad_zero_steps"] if attack.uses_gradients and not library else torch.full_like(end, nan)
     cols["grad_zero_steps"] = _scatter(n, sel, zero, nan)
     if wants_trace(ctx):
