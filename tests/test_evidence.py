@@ -125,14 +125,19 @@ def test_rows_say_why_instead_of_zero():
     """FGSM-like records (no trace, no --indicators): shares where they can be computed, NaN rows with
     a reason where not, and the transfer indicator is never 0."""
     r = _records(pred=[0, 1], ever_adversarial=[0.0, 1.0], grad_zero_steps=[0, 0], iterations=[1, 1])
+    plain = evidence_rows(r)  # without --indicators: only what the telemetry decides, no NaN rows
+    assert set(plain["metric"]) == {"passes_forward", "passes_backward", "silent_success", "unavailable_gradients"}
+    r["loss_variation"] = [np.nan, 0.0]  # as --indicators writes it (here: one sample not measured)
     rows = evidence_rows(r).set_index("metric")
     assert set(INDICATORS) <= set(rows.index)
     assert rows.loc["silent_success", "value"] == 0.0 and rows.loc["silent_success", "n"] == 2
     assert rows.loc["passes_forward", "value"] == 4.0
-    for m in ("incomplete_optimization", "unstable_predictions", "unconstrained_failure", "transfer_failure"):
+    assert rows.loc["unstable_predictions", "value"] == 0.0 and rows.loc["unstable_predictions", "n"] == 1
+    for m in ("incomplete_optimization", "unconstrained_failure", "transfer_failure"):
         assert np.isnan(rows.loc[m, "value"]) and rows.loc[m, "n"] == 0 and rows.loc[m, "note"]
     assert "surrogate" in rows.loc["transfer_failure", "note"]
-    assert "--indicators" in rows.loc["incomplete_optimization", "note"]
+    assert "no loss trace" in rows.loc["incomplete_optimization", "note"]
+    assert "no unconstrained run" in rows.loc["unconstrained_failure", "note"]
     text = format_evidence(evidence_rows(r).assign(norm="linf", setting="PGD-3", precision="fp32"))
     assert "n/a" in text and "surrogate" in text
 

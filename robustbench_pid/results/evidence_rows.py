@@ -5,8 +5,9 @@ agreement. Pandas only (the records carry everything; see ``indicators`` for the
 Rows (metric names): ``passes_forward``, ``passes_backward`` (mean per attacked sample, not percent),
 each of ``indicators.INDICATORS`` (percent of attacked samples, 95% Wilson interval; a rise is the
 regression ``check`` looks for), ``agreement`` (percent of checked verdicts that agree with fp32
-eager). An indicator that cannot be computed gets a row with value NaN, n 0 and the reason in
-``note``: never a 0 that looks like a clean bill of health.
+eager). Without ``--indicators`` only the indicators the telemetry decides (silent success,
+unavailable gradients) get rows; with it, an indicator that cannot be computed gets a row with
+value NaN, n 0 and the reason in ``note``: never a 0 that looks like a clean bill of health.
 """
 from __future__ import annotations
 
@@ -64,7 +65,7 @@ def evidence_rows(records: pd.DataFrame) -> pd.DataFrame:
             f = flags.loc[att.index, ind]
             if f.notna().any():
                 rows.append(_share_row(base, ind, f))
-            else:
+            elif indicators_run:  # asked for and not computable: say why (without --indicators: no row)
                 rows.append({**base, "metric": ind, "value": np.nan, "n": 0, "ci_low": np.nan, "ci_high": np.nan,
                              "note": why_missing(ind, g, indicators_run)})
         if "agreement" in g.columns and pd.to_numeric(g["agreement"], errors="coerce").notna().any():
