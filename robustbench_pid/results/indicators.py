@@ -138,6 +138,8 @@ def why_missing(indicator: str, g: pd.DataFrame, indicators_run: bool) -> str:
         return "not computed: run with --indicators"
     if indicator == "incomplete_optimization":
         return "not computable: the attack has no loss trace (one step, or no loss evaluated per iterate)"
+    if indicator == "unstable_predictions" and "protocol" in g.columns and (g["protocol"] == "paper").any():
+        return "not computed in the paper protocol (its attacks see normalised tensors)"
     if indicator == "silent_success":
         return "not computable: the attack's iterates were not observed"
     if indicator == "unconstrained_failure":
