@@ -71,10 +71,16 @@ class RunSpec:
     quiet: bool = False
     arch_kwargs: Dict[str, Any] = field(default_factory=dict)
     analyze: List[str] = field(default_factory=list)  # ANALYSES names; part of every unit key when set
+    # evidence that each attack worked (docs/attacks.md): indicators of attack failure (adds the
+    # unconstrained runs), per-iteration losses to trace.parquet, fp32 re-runs of N samples
+    indicators: bool = False
+    trace: bool = False
+    agreement: int = 0
 
     def as_dict(self) -> Dict[str, Any]:
         d = asdict(self)
         d["out"] = str(self.out) if self.out else None
-        if not d["analyze"]:
-            del d["analyze"]  # folders of runs without an analysis keep their names
+        for key in ("analyze", "indicators", "trace", "agreement"):
+            if not d[key]:
+                del d[key]  # options left off: folders of runs without them keep their names
         return d

@@ -50,8 +50,9 @@ def test_evaluate_returns_the_tidy_results_of_the_run(tmp_path):
                                      "attack", "eps", "setting", "metric", "value", "n", "ci_low", "ci_high",
                                      "settings_id", "samples_id", "precision", "settings"]
     assert set(df.loc[df["attack"] == "fgsm", "setting"]) == {"FGSM"}
+    evidence = {("fgsm", m) for m in ("passes_forward", "passes_backward", "silent_success", "unavailable_gradients")}
     assert set(zip(df["attack"], df["metric"])) == {("clean", "top1"), ("clean", "top5"), ("fgsm", "top1"),
-                                                    ("fgsm", "top5")}
+                                                    ("fgsm", "top5")} | evidence  # + docs/attacks.md's evidence
     assert (df["n"] == 20).all() and df.attrs["run_dir"] == str(tmp_path / "api")
     # the command with the same options writes the same numbers
     assert evaluate_main(["--model", "deit", "--attack", "fgsm", "--eps", "2/255", "--limit", "20", "--batch-size",

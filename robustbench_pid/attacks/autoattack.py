@@ -25,6 +25,7 @@ import torch
 from . import attacks
 from ._box import to_unit_box
 from .base import Attack, Bounds, project_linf
+from .telemetry import Counted
 from .square import rng_devices, seed_from
 
 
@@ -59,7 +60,8 @@ class AutoAttack(Attack):
         from pyautoattack import AutoAttack as _AA
 
         seed = seed_from(generator)
-        model, x_in, eps, back = to_unit_box(model, x, self.eps, bounds)
+        counted = Counted(model)
+        model, x_in, eps, back = to_unit_box(counted, x, self.eps, bounds)
         aa = _AA(model, norm="Linf", eps=eps, version="standard", seed=seed, device=x.device)
         log = logging.getLogger("auto-attack")
         level = log.level
@@ -67,6 +69,7 @@ class AutoAttack(Attack):
         try:
             with torch.random.fork_rng(devices=rng_devices(x)):
                 u_adv, _ = aa.run_standard_evaluation(x_in, y, batch_size=max(1, len(x)))
+                counted.settle(self.telemetry)  # library code: passes known only per batch
         finally:
             log.setLevel(level)
         # undo the affine map, then remove its float rounding (~1e-8) so the ball holds exactly

@@ -13,16 +13,19 @@ Conventions every attack follows (and the runner relies on):
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Dict, Mapping, Optional, Sequence, Tuple
+from typing import Any, ClassVar, Dict, Iterator, Mapping, Optional, Sequence, Tuple
 
 import torch
 import torch.nn.functional as F
 
 from ..labels import number
 from ..errors import UserError
+from .telemetry import ENABLED as _TELEMETRY_ON
+from .telemetry import Telemetry
 
 Bounds = Optional[Tuple[float, float]]
 
@@ -42,9 +45,12 @@ class Attack:
     # settings that change speed or memory but never a result: left out of a condition's identity
     not_identity: ClassVar[Tuple[str, ...]] = ()
     paper_eps: ClassVar[Optional[float]] = None  # the eps the PIDformer / RPC papers report, if they ran it
+    loss_kind: ClassVar[str] = "ce"  # the telemetry loss (attacks/telemetry.py): "ce" or "margin"
 
     eps: float = 3 / 255
     stats: Dict[str, torch.Tensor] = field(default_factory=dict, init=False, repr=False, compare=False)
+    # per-sample passes, iterations and losses of the last call (attacks/telemetry.py); not a setting
+    telemetry: Optional[Telemetry] = field(default=None, init=False, repr=False, compare=False)
 
     # --- construction ---------------------------------------------------------------------
     @classmethod
@@ -127,8 +133,11 @@ class Attack:
 
     # --- running --------------------------------------------------------------------------
     def __call__(self, model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, *,
-                 bounds: Bounds = (0.0, 1.0), generator: Optional[torch.Generator] = None) -> torch.Tensor:
+                 bounds: Bounds = (0.0, 1.0), generator: Optional[torch.Generator] = None,
+                 trace: bool = False) -> torch.Tensor:
+        """``trace``: also keep every sample's loss per iteration (``self.telemetry.trace()``)."""
         self.stats = {}
+        self.telemetry = Telemetry(len(x), x.device, trace) if _TELEMETRY_ON[0] else None
         if generator is None:
             generator = torch.Generator().manual_seed(0)  # on CPU: the same draws on every device
         x = x.detach()
@@ -143,15 +152,18 @@ class Attack:
 
     # --- helpers for subclasses --------------------------------------------------------------
     def input_grad(self, model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor,
-                   loss_fn: str = "ce") -> Tuple[torch.Tensor, torch.Tensor]:
-        """(gradient of the summed loss w.r.t. x, logits). fp32 unless the runner enabled autocast."""
+                   loss_fn: str = "ce", rows: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, torch.Tensor]:
+        """(gradient of the summed loss w.r.t. x, logits). fp32 unless the runner enabled autocast.
+        ``rows``: which samples of the attacked batch ``x`` holds (None: all), for the telemetry."""
         x = x.detach().requires_grad_(True)
         with torch.enable_grad():
             logits = model(x)
-            loss = margin_loss(logits.float(), y) if loss_fn == "margin" else F.cross_entropy(logits.float(), y, reduction="sum")
-            (grad,) = torch.autograd.grad(loss, x)
+            per = margin_losses(logits.float(), y) if loss_fn == "margin" else F.cross_entropy(logits.float(), y, reduction="none")
+            (grad,) = torch.autograd.grad(per.sum(), x)
         if "grad_zero" not in self.stats:
             self.stats["grad_zero"] = grad.flatten(1).abs().amax(1).eq(0)  # on x's device: no host sync
+        if self.telemetry is not None:
+            self.telemetry.observe(rows, per, logits, y, grad)
         return grad.detach(), logits.detach()
 
 
@@ -166,6 +178,14 @@ def draw(kind: str, shape: Sequence[int], generator: torch.Generator, device: to
     probability 1/2 each), ``exponential`` (rate 1).
     """
     shape = tuple(int(s) for s in shape)
+    if _ALIGNED and shape and shape[0] == len(_ALIGNED[1]):  # a re-run on some rows: draw as the full batch did
+        n_full, rows = saved = list(_ALIGNED)
+        _ALIGNED.clear()
+        try:
+            full = draw(kind, (n_full,) + shape[1:], generator, device, dtype)
+        finally:
+            _ALIGNED[:] = saved
+        return full[rows.to(device)]
     src = generator.device
     if kind == "rand":
         t = torch.rand(shape, generator=generator, device=src, dtype=dtype)
@@ -181,6 +201,22 @@ def draw(kind: str, shape: Sequence[int], generator: torch.Generator, device: to
     return t.to(device)
 
 
+_ALIGNED: list = []  # [n_full, rows] while :func:`aligned_draws` is active
+
+
+@contextlib.contextmanager
+def aligned_draws(n_full: int, rows: torch.Tensor) -> Iterator[None]:
+    """Re-run an attack on ``rows`` of a batch of ``n_full`` with the draws those rows got in the full
+    run: a draw whose first dimension is ``len(rows)`` is made for ``n_full`` rows, then indexed.
+    Exact for draws shaped by the batch (random starts of PGD, PGD-L2, SLD, noise); draws of other
+    shapes (SPSA's per-iteration directions, library attacks) still differ from the full run's."""
+    _ALIGNED[:] = [n_full, rows]
+    try:
+        yield
+    finally:
+        _ALIGNED.clear()
+
+
 def descend(attack: Attack, model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, x_adv: torch.Tensor,
             steps: int, update: Any, early_stop: bool, stop_topk: int) -> torch.Tensor:
     """Iterated gradient steps, ``x_adv[i] <- update(x_adv[i], x[i], grad[i])``, on the samples
@@ -190,7 +226,7 @@ def descend(attack: Attack, model: torch.nn.Module, x: torch.Tensor, y: torch.Te
         if active.numel() == 0:
             break
         xa, xo, ya = x_adv[active], x[active], y[active]
-        grad, logits = attack.input_grad(model, xa, ya)
+        grad, logits = attack.input_grad(model, xa, ya, rows=active)
         if early_stop:
             alive = still_correct(logits, ya, stop_topk)
             active, xa, xo, grad = active[alive], xa[alive], xo[alive], grad[alive]
@@ -200,11 +236,16 @@ def descend(attack: Attack, model: torch.nn.Module, x: torch.Tensor, y: torch.Te
     return x_adv
 
 
-def margin_loss(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """Summed CW margin: max_{j != y} z_j - z_y (correct for negative logits too)."""
+def margin_losses(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Per-sample CW margin: max_{j != y} z_j - z_y (correct for negative logits too)."""
     z_y = logits.gather(1, y[:, None]).squeeze(1)
     other = logits.masked_fill(F.one_hot(y, logits.shape[1]).bool(), float("-inf")).amax(1)
-    return (other - z_y).sum()
+    return other - z_y
+
+
+def margin_loss(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Summed CW margin: max_{j != y} z_j - z_y (correct for negative logits too)."""
+    return margin_losses(logits, y).sum()
 
 
 def clip(x: torch.Tensor, bounds: Bounds) -> torch.Tensor:

@@ -31,6 +31,7 @@ class CW(Attack):
     name = "cw"
     norm = "l2"
     eps_max = float("inf")
+    loss_kind = "margin"
 
     eps: float = 1.0
     steps: int = 100
@@ -94,6 +95,8 @@ class CW(Attack):
                 if "grad_zero" not in self.stats:
                     self.stats["grad_zero"] = grad.flatten(1).abs().amax(1).eq(0)
                 w.grad = grad
+                if self.telemetry is not None:
+                    self.telemetry.observe(None, other - z_y, logits, y, grad)
                 with torch.no_grad():
                     fooled = (logits.argmax(1) != y) & (z_y - other <= -self.kappa)
                     l2 = l2sq.detach().sqrt()

@@ -54,6 +54,7 @@ class SPSA(Attack):
     name = "spsa"
     norm = "linf"
     uses_gradients = False
+    loss_kind = "margin"
 
     eps: float = 0.1
     iterations: int = 40
@@ -135,11 +136,15 @@ class SPSA(Attack):
         for t in range(1, self.iterations + 1):
             if self.early_stop:
                 logits = self._forward(model, x[active] + delta[active])
+                if self.telemetry is not None:  # the loss at the current point: free with early stopping
+                    self.telemetry.observe(active, -margin(logits, y[active]), logits, y[active], backward=0)
                 active = active[still_correct(logits, y[active], self.stop_topk)]
             if active.numel() == 0:
                 break
             xa, da, ya = x[active], delta[active], y[active]
             grad = self.estimate_gradient(model, xa + da, ya, generator)
+            if self.telemetry is not None:
+                self.telemetry.charge(active, forward=2 * self.n_samples)
             m1[active] = b1 * m1[active] + (1 - b1) * grad
             m2[active] = b2 * m2[active] + (1 - b2) * grad * grad
             step = self.lr * (m1[active] / (1 - b1 ** t)) / ((m2[active] / (1 - b2 ** t)).sqrt() + adam_eps)

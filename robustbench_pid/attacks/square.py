@@ -22,6 +22,7 @@ import torch
 from . import attacks
 from ._box import to_unit_box
 from .base import Attack, Bounds, project_linf
+from .telemetry import Counted
 
 
 def seed_from(generator: torch.Generator) -> int:
@@ -39,6 +40,7 @@ class Square(Attack):
     name = "square"
     norm = "linf"
     uses_gradients = False
+    loss_kind = "margin"
 
     eps: float = 4 / 255
     n_queries: int = 5000
@@ -70,11 +72,13 @@ class Square(Attack):
         from pyautoattack.square import SquareAttack
 
         seed = seed_from(generator)
-        model, x_in, eps, back = to_unit_box(model, x, self.eps, bounds)
+        counted = Counted(model)
+        model, x_in, eps, back = to_unit_box(counted, x, self.eps, bounds)
         sq = SquareAttack(model, norm="Linf", n_queries=self.n_queries, eps=eps, p_init=self.p_init,
                           n_restarts=self.restarts, seed=seed, verbose=False, loss="margin",
                           resc_schedule=self.rescale_schedule, device=x.device)
         with torch.random.fork_rng(devices=rng_devices(x)):
             u_adv = sq.perturb(x_in, y)
+            counted.settle(self.telemetry)  # library code: passes known only per batch
         # undo the affine map, then remove its float rounding (~1e-8) so the ball holds exactly
         return project_linf(back(u_adv), x, self.eps, bounds)

@@ -55,6 +55,7 @@ from ..device import attack_precision
 from ..health import check_finite
 from ..specs import Unit, chunks
 from . import Benchmark, Column, benchmarks
+from . import evidence
 
 
 def attack_settings(ctx: Any, spec: Any) -> dict:
@@ -93,6 +94,7 @@ class AttackedBatch:
     attacked: Optional[torch.Tensor] = None  # per sample (on the device): did the attack run on it
     grad_zero: Optional[torch.Tensor] = None  # per sample (on the device): all-zero input gradient
     grad_zero_known: bool = False  # False when the attack does not report grad_zero
+    evidence: Optional[Dict[str, Any]] = None  # telemetry, indicator measurements, agreement (evidence.py)
 
 
 def attack_batches(ctx: Any, unit: Unit) -> Iterator[AttackedBatch]:
@@ -128,21 +130,24 @@ def attack_batches(ctx: Any, unit: Unit) -> Iterator[AttackedBatch]:
             net = ctx.attacked_net()
             z = ctx.model.normalize(x)
             with attack_precision(ctx.device, ctx.spec.precision):
-                z_adv = attack(net, z, clean_pred, bounds=None, generator=gen)
+                z_adv = attack(net, z, clean_pred, bounds=None, generator=gen, trace=evidence.wants_trace(ctx))
             check_finite(z_adv, ctx, unit, "attack")
             x_adv_pixels = ctx.model.denormalize(z_adv)
             with torch.inference_mode():
                 adv_logits = net(z_adv).float()
             attacked = torch.ones(len(y), dtype=torch.bool, device=y.device)
+            sel, state = attacked.nonzero().squeeze(1), None
             if "grad_zero" in attack.stats:
                 grad_zero, gz_known = attack.stats["grad_zero"].to(y.device), True
         else:
             attacked = c5.clone() if attack.worst_case else torch.ones_like(c5)
             x_adv = x.clone()
             sel = attacked.nonzero().squeeze(1)
+            state = gen.get_state() if evidence.generator_state(ctx) else None
             if len(sel):
                 with attack_precision(ctx.device, ctx.spec.precision):
-                    x_adv[sel] = attack(ctx.attacked_model(), x[sel], y[sel], bounds=(0.0, 1.0), generator=gen)
+                    x_adv[sel] = attack(ctx.attacked_model(), x[sel], y[sel], bounds=(0.0, 1.0), generator=gen,
+                                        trace=evidence.wants_trace(ctx))
                 check_finite(x_adv[sel], ctx, unit, "attack")
                 if "grad_zero" in attack.stats:
                     grad_zero[sel] = attack.stats["grad_zero"].to(y.device)
@@ -153,6 +158,7 @@ def attack_batches(ctx: Any, unit: Unit) -> Iterator[AttackedBatch]:
         check_finite(adv_logits, ctx, unit, "verdict")
         b.x_adv, b.adv_logits, b.attacked, b.grad_zero, b.grad_zero_known = (
             x_adv_pixels, adv_logits, attacked, grad_zero, gz_known)
+        b.evidence = evidence.batch_evidence(ctx, unit, b, sel, state)
         yield b
 
 
@@ -170,6 +176,9 @@ class Adversarial(Benchmark):
             js = json.dumps(params, sort_keys=True)
             for s, e in spans:
                 units.append(Unit("adversarial", a.attack, float(params.get("eps", 0.0)), js, "", s, e))
+        if ctx.spec.indicators:  # + the unconstrained run of each attack family
+            names = [a.attack for a in ctx.spec.attacks]
+            units += evidence.unconstrained_units(ctx, [attack_settings(ctx, a) for a in ctx.spec.attacks], names)
         return units
 
     def batches(self, ctx: Any, unit: Unit) -> Iterator[AttackedBatch]:
@@ -190,7 +199,8 @@ class Adversarial(Benchmark):
         delta = (b.x_adv - b.x).flatten(1)
         return {**rec, "pred": adv_logits.argmax(1), "correct_top1": a1, "correct_top5": a5, "attacked": b.attacked,
                 "grad_zero": b.grad_zero if attack.uses_gradients and b.grad_zero_known else None,
-                "pert_linf": delta.abs().amax(1), "pert_l2": delta.norm(dim=1), "pert_l1": delta.abs().sum(1)}
+                "pert_linf": delta.abs().amax(1), "pert_l2": delta.norm(dim=1), "pert_l1": delta.abs().sum(1),
+                **(b.evidence or {})}
 
     def passes(self, ctx: Any, unit: Unit) -> Tuple[float, float]:
         """The attack's passes plus two forward passes (clean and verdict); clean units: one."""

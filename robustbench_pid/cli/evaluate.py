@@ -77,6 +77,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     r.add_argument("--quiet", action="store_true", help="no progress bar")
     r.add_argument("--dry-run", action="store_true",
                    help="print the work units, forward/backward passes per unit and an estimated time; compute nothing")
+    e = p.add_argument_group("evidence that each attack worked (docs/attacks.md)")
+    e.add_argument("--indicators", action="store_true",
+                   help="indicators of attack failure per sample and condition (adds one unconstrained run per "
+                        "attack, collects loss traces and a noise check)")
+    e.add_argument("--trace", action="store_true", help="write every sample's loss per iteration to trace.parquet")
+    e.add_argument("--agreement", type=int, default=0, metavar="N",
+                   help="with --precision bf16|fp16 or --compile: re-run N seeded samples in fp32 eager and report "
+                        "how many verdicts agree")
     r.add_argument("--calibration", metavar="FWD,FB",
                    help="with --dry-run: price the plan at these forward and forward+backward images/s of the "
                         "target device (e.g. a GPU you will run on) instead of a batch measured here")
@@ -114,6 +122,10 @@ def run(args: argparse.Namespace) -> int:
     if spec.benchmark == "adversarial" and spec.attacks:
         from ..results.diagnostics import diagnose, format_findings
 
-        print("\n" + format_findings(diagnose(pd.read_parquet(out / "records.parquet"))))
+        records = pd.read_parquet(out / "records.parquet")
+        print("\n" + format_findings(diagnose(records)))
+        from ..results.evidence_text import format_evidence
+
+        print("\n" + format_evidence(pd.read_csv(summary_path)))
     print(f"\nwrote {out}  (records.parquet, summary.csv, run.json)")
     return 0

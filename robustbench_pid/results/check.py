@@ -40,6 +40,7 @@ from .conditions import settings_diff
 from ..errors import UserError
 from .inputs import as_inputs
 from ..labels import eps_text
+from .indicators import INDICATORS
 from .metrics import wilson_interval
 from .stats import newcombe_difference_interval
 
@@ -48,7 +49,8 @@ EPS = 1e-6  # absorbs float formatting in the CSV; far below one sample (100/n p
 FAILING = ("REGRESSED", "MISSING", "SETTINGS-CHANGED", "SAMPLES-CHANGED")
 
 def lower_is_better(metric: str) -> bool:
-    return metric in ("mce", "relative_mce", "fpr95", "mean_error") or metric.startswith("ce_")
+    """mCE/CE/FPR, and the indicators of attack failure (a rise in flagged samples is the regression)."""
+    return metric in ("mce", "relative_mce", "fpr95", "mean_error", *INDICATORS) or metric.startswith("ce_")
 
 
 @dataclass

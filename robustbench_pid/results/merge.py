@@ -21,6 +21,7 @@ from .integrity import BAD_META, MISMATCH, UNVERIFIED, raise_bad_unit, read_unit
 from .units import unit_from_dict, unit_label
 from .store import summarize
 from .sidecars import merge_sidecars
+from .trace import split_trace
 from .run_files import (HOST, atomic_write_bytes, now, pid_alive, proc_start, read_json, run_lock, unit_done,
                         write_json, write_parquet_atomic)
 from ..specs import Unit
@@ -139,7 +140,7 @@ def finalize_run(out: Path, expected_plan: Optional[str] = None) -> pd.DataFrame
             metas.append(meta or {})
         warn_unverified(unverified, out)
         check_records(units, frames, plan["sample_ids"])
-        records = pd.concat(frames, ignore_index=True)
+        records = split_trace(pd.concat(frames, ignore_index=True), out)  # --trace: losses to trace.parquet
         # each record says what was measured: precision and the condition's identity (conditions.py)
         records = add_identity(records.assign(precision=str(plan["provenance"].get("precision") or "fp32")))
         summary = summarize(records)

@@ -4,6 +4,7 @@ from __future__ import annotations
 import pandas as pd
 
 from ..labels import eps_text
+from .evidence_rows import EVIDENCE_METRICS
 
 
 def format_summary(summary: pd.DataFrame) -> str:
@@ -20,7 +21,7 @@ def format_summary(summary: pd.DataFrame) -> str:
         df["condition"] = df["condition"].fillna("").astype(str)
         keys.append("condition")
     acc = df[df["metric"].isin(["top1", "top5"])]
-    other = df[~df["metric"].isin(["top1", "top5"])]
+    other = df[~df["metric"].isin(["top1", "top5", *EVIDENCE_METRICS])]  # evidence: evidence_text's matrix
     parts = []
     if len(acc):
         wide = acc.pivot_table(index=keys, columns="metric", values="cell", aggfunc="first", sort=False)

@@ -27,6 +27,8 @@ def unit_key(ctx: Any, u: Unit) -> str:
         "seed": ctx.spec.seed, "batch_size": ctx.batch_size, "precision": ctx.spec.precision,
         "bench_opts": ctx.spec.benchmark_options,
         **({"analyze": sorted(ctx.spec.analyze)} if ctx.spec.analyze else {}),  # units then write more files
+        **({"evidence": [ctx.spec.indicators, ctx.spec.trace, ctx.spec.agreement]}
+           if ctx.spec.indicators or ctx.spec.trace or ctx.spec.agreement else {}),
         # data objects (rbp.evaluate(data=...)) are known by their content, not by a name
         **({"data_sha256": ctx.dataset.content_sha256} if getattr(ctx.dataset, "content_sha256", None) else {}),
     })

@@ -133,7 +133,8 @@ def build_spec(model: str, *, attack: Union[None, str, Sequence[str]] = None, ep
                chunk_size: int = 512, seed: int = 0, device: str = "auto", precision: str = "fp32",
                compile: bool = False, workers: int = 0, shard: Optional[str] = None, quiet: bool = False,
                dry_run: bool = False, calibration: Union[None, str, Sequence[float]] = None,
-               analyze: Union[None, str, Sequence[str]] = None) -> RunSpec:
+               analyze: Union[None, str, Sequence[str]] = None,
+               indicators: bool = False, trace: bool = False, agreement: int = 0) -> RunSpec:
     """The RunSpec for these settings (keywords = the ``evaluate`` flags with underscores; ``param``,
     ``model_arg`` and ``bench_opt`` take a mapping or KEY=VALUE strings).
 
@@ -154,6 +155,7 @@ def build_spec(model: str, *, attack: Union[None, str, Sequence[str]] = None, ep
     specs = attack_specs(attack, eps, steps, step_size, param, suite)
     if benchmark is None:
         benchmark = dataset_info(dataset).default_benchmark
+    check_evidence(benchmark, protocol, precision, compile, indicators, trace, agreement)
     if benchmark == "adversarial" and not specs and (eps is not None or steps is not None or param):
         raise UserError("--eps/--steps/--param need --attack NAME or --suite NAME")
     gains = {"lambda_p": lambda_p, "lambda_i": lambda_i, "lambda_d": lambda_d, "beta": beta}
@@ -172,7 +174,8 @@ def build_spec(model: str, *, attack: Union[None, str, Sequence[str]] = None, ep
         skip_unreadable=skip_unreadable, dry_run=dry_run, calibration=rates, batch_size=batch_size, chunk_size=chunk_size,
         seed=seed, device=device, precision=precision, compile=compile, num_workers=workers,
         out=Path(out) if out is not None else None, allow_pickle=allow_pickle, strict=not non_strict,
-        shard=shard, quiet=quiet, arch_kwargs=arch_kwargs, analyze=analyses,
+        shard=shard, quiet=quiet, arch_kwargs=arch_kwargs, analyze=analyses, indicators=bool(indicators),
+        trace=bool(trace), agreement=int(agreement),
     )
 
 
@@ -188,6 +191,21 @@ def check_analyze(analyze: Union[None, str, Sequence[str]], benchmark: str) -> L
         raise UserError(f"--analyze {','.join(names)} runs on the adversarial benchmark's clean and attacked "
                         f"points, not on benchmark {benchmark!r}; drop --analyze or --benchmark")
     return names
+
+
+def check_evidence(benchmark: str, protocol: str, precision: str, compile: bool, indicators: bool, trace: bool,
+                   agreement: Any) -> None:
+    """--indicators/--trace/--agreement: what they need (docs/attacks.md, "Evidence that each attack worked")."""
+    if (indicators or trace or agreement) and benchmark != "adversarial":
+        raise UserError(f"--indicators, --trace and --agreement judge attacks: they need the adversarial benchmark, "
+                        f"not {benchmark!r}")
+    if isinstance(agreement, bool) or not isinstance(agreement, int) or agreement < 0:
+        raise UserError(f"--agreement must be a whole number of samples >= 0, got {agreement!r}")
+    if agreement and precision == "fp32" and not compile:
+        raise UserError("--agreement N re-runs N samples in fp32 eager to check a faster run's verdicts; this run is "
+                        "already fp32 eager: add --precision bf16|fp16 or --compile, or drop --agreement")
+    if agreement and protocol == "paper":
+        raise UserError("--agreement works in the standard protocol only; drop it or use --protocol standard")
 
 
 def parse_calibration(value: Union[None, str, Sequence[float]]) -> Optional[Tuple[float, float]]:

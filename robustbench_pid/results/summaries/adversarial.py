@@ -9,7 +9,8 @@ import pandas as pd
 
 from ..conditions import META_COLUMNS, WORST_CASE, add_identity, combined, worst_case_meta
 from . import summarizers
-from .accuracy import ID_COLUMNS, accuracy_rows
+from ..evidence_rows import evidence_rows
+from .accuracy import ID_COLUMNS, accuracy_rows, concat_rows
 
 
 def worst_case_records(records: pd.DataFrame) -> pd.DataFrame:
@@ -66,4 +67,4 @@ def adversarial_rows(records: pd.DataFrame, ce_baseline: Optional[str] = None) -
     """Accuracy per condition plus the worst-case rows (``ce_baseline`` is not used here)."""
     rows = accuracy_rows(records, ("attack", "eps"))
     worst = worst_case_rows(records)
-    return pd.concat([rows, worst], ignore_index=True) if len(worst) else rows
+    return concat_rows([rows, worst, evidence_rows(records)])  # + passes, indicators, agreement

@@ -1,0 +1,124 @@
+"""Per-sample telemetry of one attack call: what the attack spent on each sample and how its loss moved.
+
+Why in the attacks' base class: every attack evaluates its loss at each iterate anyway, so counting
+passes and keeping a running start/best value per sample costs a few elementwise operations on
+``n``-sized tensors per step, on the batch's device (no host sync mid-attack). The per-iteration
+loss of every sample (the *trace*) is kept only when asked (``--trace`` / ``--indicators``).
+
+The telemetry loss is the attack's own loss oriented so that HIGHER is more adversarial:
+cross-entropy for FGSM/PGD/PGD-L2/SLD, ``max_{j != y} z_j - z_y`` (the negated margin) for SPSA and
+CW (CW's distance term is left out: it is not what decides success).
+"""
+from __future__ import annotations
+
+from typing import Dict, List, Optional, Tuple
+
+import torch
+import torch.nn.functional as F
+
+# Off only in benchmarks/bench_evidence.py, which times a run with and without the telemetry.
+ENABLED = [True]
+
+
+def neg_margin(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Per sample ``max_{j != y} z_j - z_y`` (> 0 once misclassified at top-1)."""
+    z_y = logits.gather(1, y[:, None]).squeeze(1)
+    other = logits.masked_fill(F.one_hot(y, logits.shape[1]).bool(), float("-inf")).amax(1)
+    return other - z_y
+
+
+def attack_loss(kind: str, logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """The telemetry loss of ``kind`` ("ce" or "margin") per sample, in fp32."""
+    logits = logits.float()
+    return F.cross_entropy(logits, y, reduction="none") if kind == "ce" else neg_margin(logits, y)
+
+
+class Telemetry:
+    """Running per-sample counters of one attack call over a batch of ``n`` samples."""
+
+    def __init__(self, n: int, device: torch.device, trace: bool = False) -> None:
+        z = lambda dtype=torch.float32: torch.zeros(n, dtype=dtype, device=device)  # noqa: E731
+        self.n = n
+        self.forward, self.backward, self.iterations, self.grad_zero_steps = z(), z(), z(), z()
+        self.loss_start = torch.full((n,), float("nan"), device=device)
+        self.loss_best = torch.full((n,), float("-inf"), device=device)
+        self.ever_adversarial = z(torch.bool)
+        self.keep_trace = trace
+        self._steps: List[Tuple[Optional[torch.Tensor], torch.Tensor]] = []
+        self.extra_forward = 0  # forward images the attack spent that no sample was charged for
+
+    def charge(self, rows: Optional[torch.Tensor], forward: int = 1, backward: int = 0) -> None:
+        """Passes spent on ``rows`` (indices into the batch; None: every sample) without a loss value."""
+        sel = slice(None) if rows is None else rows
+        self.forward[sel] += forward
+        if backward:
+            self.backward[sel] += backward
+
+    def observe(self, rows: Optional[torch.Tensor], loss: torch.Tensor, logits: torch.Tensor, y: torch.Tensor,
+                grad: Optional[torch.Tensor] = None, forward: int = 1, backward: int = 1) -> None:
+        """One iterate of ``rows`` (None: the whole batch): its loss (higher = more adversarial),
+        logits (for "was it adversarial at top-1"), and gradient (for "was it zero or not finite")."""
+        sel = slice(None) if rows is None else rows
+        loss = loss.detach().float()
+        self.charge(rows, forward, backward)
+        first = self.iterations[sel] == 0
+        self.iterations[sel] += 1
+        self.loss_start[sel] = torch.where(first, loss, self.loss_start[sel])
+        self.loss_best[sel] = torch.maximum(self.loss_best[sel], loss)
+        self.ever_adversarial[sel] |= logits.detach().argmax(1) != y
+        if grad is not None:
+            g = grad.detach().flatten(1).abs().amax(1)
+            self.grad_zero_steps[sel] += (~(g > 0) | ~torch.isfinite(g)).float()
+        if self.keep_trace:
+            self._steps.append((rows, loss))
+
+    def trace(self) -> torch.Tensor:
+        """(n, steps) loss per iterate, NaN where a sample was not evaluated (stopped early).
+
+        Step ``t`` is the ``t``-th call of :meth:`observe`; every attack here observes all its
+        still-active samples once per iteration, so a column is one iteration."""
+        out = torch.full((self.n, len(self._steps)), float("nan"), device=self.loss_start.device)
+        for t, (rows, loss) in enumerate(self._steps):
+            if rows is None:
+                out[:, t] = loss
+            else:
+                out[rows, t] = loss
+        return out
+
+    def columns(self) -> Dict[str, torch.Tensor]:
+        """The per-sample tensors the benchmark puts into records (on the device)."""
+        seen = self.iterations > 0
+        return {"passes_forward": self.forward, "passes_backward": self.backward, "iterations": self.iterations,
+                "loss_start": self.loss_start, "loss_best": torch.where(seen, self.loss_best, torch.nan),
+                "ever_adversarial": self.ever_adversarial, "grad_zero_steps": self.grad_zero_steps}
+
+
+class Counted(torch.nn.Module):
+    """A model that counts the images it forwards and the images gradients flow back through.
+
+    For library attacks (Square, AutoAttack) whose loops we do not write: their passes are known
+    per batch, not per sample, so :meth:`settle` charges every sample the batch mean (the mean
+    passes per sample of a condition stay exact; a single record's count is that mean)."""
+
+    def __init__(self, net: torch.nn.Module) -> None:
+        super().__init__()
+        self.net = net
+        self.n_forward = 0
+        self.n_backward = 0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = self.net(x)
+        self.n_forward += len(x)
+        if out.requires_grad:
+            n = len(x)
+
+            def hook(grad: torch.Tensor) -> None:
+                self.n_backward += n
+
+            out.register_hook(hook)
+        return out
+
+    def settle(self, telemetry: Optional[Telemetry]) -> None:
+        if telemetry is not None and telemetry.n:
+            telemetry.forward += self.n_forward / telemetry.n
+            telemetry.backward += self.n_backward / telemetry.n

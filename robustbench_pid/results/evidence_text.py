@@ -1,0 +1,71 @@
+"""The condition x indicator matrix (plus passes and agreement), from tidy rows, for the terminal
+and the HTML report (``evidence_report``). Pandas only."""
+from __future__ import annotations
+
+from typing import List, Tuple
+
+import pandas as pd
+
+from ..labels import eps_text
+from .evidence_rows import EVIDENCE_METRICS
+from .indicators import INDICATORS
+
+SHORT = {"passes_forward": "fwd/sample", "passes_backward": "bwd/sample", "silent_success": "silent",
+         "incomplete_optimization": "incomplete", "unconstrained_failure": "unconstrained",
+         "unavailable_gradients": "no-grad", "unstable_predictions": "unstable", "transfer_failure": "transfer",
+         "agreement": "agreement"}
+
+
+def evidence_matrix(summary: pd.DataFrame) -> Tuple[pd.DataFrame, List[str]]:
+    """(one row per model and condition, one column per evidence metric; the notes behind n/a cells).
+
+    Indicators are the percent of attacked samples flagged; ``n/a¹`` cells point to a note saying why
+    the value could not be computed."""
+    if summary.empty or "metric" not in summary.columns:
+        return pd.DataFrame(), []
+    ev = summary[summary["metric"].isin(EVIDENCE_METRICS)].copy()
+    if ev.empty:
+        return pd.DataFrame(), []
+    norms = ev["norm"].fillna("").astype(str) if "norm" in ev.columns else pd.Series("", index=ev.index)
+    cond = ev["condition"].fillna("").astype(str) if "condition" in ev.columns else pd.Series("", index=ev.index)
+    label = ev["setting"].astype(str) if "setting" in ev.columns else ev["attack"].astype(str)
+    ev["condition "] = [f"{lab} @ {eps_text(e, n)}" + (f" [{c}]" if c else "") for lab, e, n, c in
+                        zip(label, ev["eps"], norms, cond)]
+    notes: List[str] = []
+    cells = []
+    for _, r in ev.iterrows():
+        m = r["metric"]
+        if pd.isna(r["value"]):
+            note = str(r.get("note", "") or "not computable")
+            if note not in notes:
+                notes.append(note)
+            cells.append(f"n/a{notes.index(note) + 1}")
+        elif m.startswith("passes"):
+            cells.append(f"{r['value']:.1f}")
+        elif m == "agreement":  # the interval says how much a clean sweep of N checks is worth
+            cells.append(f"{r['value']:.1f}% [{r['ci_low']:.1f}, {r['ci_high']:.1f}] n={int(r['n'])}")
+        else:
+            cells.append(f"{r['value']:.1f}%")
+            note = r.get("note", "")
+            if isinstance(note, str) and note.startswith("warning"):
+                notes.append(f"{r['model']} {r['condition ']}: {note}")
+    ev["cell"] = cells
+    keys = [k for k in ("model", "precision", "condition ") if k in ev.columns]
+    wide = ev.pivot_table(index=keys, columns="metric", values="cell", aggfunc="first", sort=False)
+    cols = [m for m in EVIDENCE_METRICS if m in wide.columns]
+    wide = wide[cols].rename(columns=SHORT).reset_index().fillna("-")
+    return wide, notes
+
+
+def format_evidence(summary: pd.DataFrame) -> str:
+    """Plain text: the matrix, then the numbered notes (why a cell is n/a, agreement warnings)."""
+    wide, notes = evidence_matrix(summary)
+    if wide.empty:
+        return "evidence: no attack telemetry in these results"
+    head = ("evidence that each attack worked: passes per attacked sample, and the share of attacked samples "
+            "flagged by each indicator of attack failure (" + ", ".join(SHORT[i] for i in INDICATORS) + "; "
+            "docs/attacks.md)")
+    lines = [head, wide.to_string(index=False)]
+    lines += [f"  n/a{i + 1}: {n}" if not n.startswith(("warning",)) and ": warning" not in n else f"  {n}"
+              for i, n in enumerate(notes)]
+    return "\n".join(lines)
