@@ -19,9 +19,9 @@ import pandas as pd
 from .conditions import META_COLUMNS, samples_id
 from .indicators import AGREEMENT_WARN, INDICATORS, UNCONSTRAINED, sample_flags, why_missing
 from .metrics import wilson_interval
+from .summaries.accuracy import ID_COLUMNS
 
 EVIDENCE_METRICS = ("passes_forward", "passes_backward", *INDICATORS, "agreement")
-ID_COLUMNS = ["run_id", "model", "checkpoint_sha256", "dataset", "protocol", "benchmark"]
 
 
 def _groups(records: pd.DataFrame) -> Iterator[Tuple[Dict, pd.DataFrame]]:
