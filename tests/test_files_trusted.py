@@ -10,6 +10,7 @@ import json
 import os
 import re
 import shutil
+import sys
 from pathlib import Path
 from typing import List
 
@@ -362,3 +363,65 @@ def test_readme_commands_write_only_under_results() -> None:
     assert len(outs) >= 4 and all(o.startswith("results/") for o in outs), outs
     ignored = (ROOT / ".gitignore").read_text().splitlines()
     assert "results/*" in ignored
+
+
+# --- item 12: documented numbers come from docs/numbers.py and still reproduce ------------------------------
+def _numbers():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("doc_numbers", ROOT / "docs" / "numbers.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["doc_numbers"] = mod  # dataclasses look their module up there
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_every_generated_block_equals_what_the_script_renders_from_the_committed_runs() -> None:
+    numbers = _numbers()
+    for b in numbers.BLOCKS:
+        text = (ROOT / b.doc).read_text()
+        assert numbers.current_block(text, b.id), f"{b.doc} has no block {b.id}"
+        for name in b.runs:
+            info = json.loads((numbers.RUNS_DIR / name / "run.json").read_text())
+            assert info["status"] == "complete" and info["files_sha256"], name
+            assert info["spec"]["chunk_size"] == 40 and name in numbers.RUNS
+    assert numbers.stale_blocks() == []
+
+
+def test_the_script_notices_a_hand_edited_number(tmp_path: Path, monkeypatch) -> None:
+    numbers = _numbers()
+    for doc in {b.doc for b in numbers.BLOCKS}:
+        (tmp_path / doc).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(ROOT / doc, tmp_path / doc)
+    monkeypatch.setattr(numbers, "ROOT", tmp_path)
+    sweep = tmp_path / "docs" / "results.md"
+    body = numbers.current_block(sweep.read_text(), "results-sweep")
+    first = re.search(r"\| \d+\.\d\d \|", body).group(0)
+    sweep.write_text(sweep.read_text().replace(body, body.replace(first, "| 12.34 |", 1)))
+    assert numbers.stale_blocks() == ["docs/results.md: block results-sweep"]
+    assert numbers.write_blocks() == ["docs/results.md"] and numbers.stale_blocks() == []
+
+
+SLICES = [  # (reference run, evaluate arguments of a 40-image slice of it: the same first work unit)
+    ("pid_deit-fgsm-pgd", ["--model", "pid_deit", "--attack", "pgd", "--eps", "2/255,6/255"]),
+    ("deit-eps-sweep-paper", ["--model", "deit", "--protocol", "paper", "--attack", "pgd", "--eps", "6/255",
+                              "--steps", "20", "--param", "step_size_factor=0.15"]),
+]
+
+
+@pytest.mark.parametrize("name, argv", SLICES, ids=[s[0] for s in SLICES])
+def test_a_slice_of_the_reference_runs_reproduces_record_for_record(name: str, argv: List[str],
+                                                                    tmp_path: Path) -> None:
+    """The first 40 images of a reference run are one work unit (--chunk-size 40): a fresh 40-image
+    run of the same condition draws the same seed and must give the same records. A change to the
+    RNG, the scheduling or an attack that moves any documented number fails here."""
+    assert evaluate_main([*argv, "--limit", "40", "--chunk-size", "40", "--quiet", "--out", str(tmp_path / "r")]) == 0
+    fresh = pd.read_parquet(tmp_path / "r" / "records.parquet")
+    ref = pd.read_parquet(_numbers().RUNS_DIR / name / "records.parquet")
+    key = ["attack", "eps", "settings_id", "sample_id"]
+    cols = ["pred", "correct_top1", "correct_top5", "clean_pred", "attacked", "pert_linf", "pert_l2"]
+    fresh = fresh[fresh["attack"] != "clean"]
+    both = fresh[key + cols].merge(ref[key + cols], on=key, suffixes=("", "_ref"))
+    assert len(both) == len(fresh) == 40 * fresh["eps"].nunique()
+    for c in cols:
+        assert (both[c] == both[f"{c}_ref"]).all(), (name, c)
