@@ -48,6 +48,8 @@ for _m in MODELS:
     RUNS[f"{_m}-paper-fgsm-pgd"] = ["--model", _m, "--protocol", "paper", "--attack", "fgsm", "--attack", "pgd",
                                     "--eps", "3/255"]
     RUNS[f"{_m}-paper-sld-noise"] = ["--model", _m, "--protocol", "paper", "--attack", "sld", "--attack", "noise"]
+    RUNS[f"{_m}-paper-table1"] = ["--model", _m, "--suite", "paper-table1"]
+    RUNS[f"{_m}-autoattack"] = ["--model", _m, "--suite", "autoattack", "--limit", "48"]
     for _p in ("standard", "paper"):
         RUNS[f"{_m}-eps-sweep-{_p}"] = ["--model", _m, "--suite", "eps-sweep", "--protocol", _p]
 
@@ -190,6 +192,66 @@ def corruption_table() -> str:
     return "\n".join(lines)
 
 
+def attack_rows(dirs: Sequence[Path], with_n: bool = False) -> str:
+    """One line per condition of ``dirs`` (clean first, then in the order run, the worst case last):
+    the setting's short name, eps, (n,) top-1 and top-5 of each model; SPSA's top-5 gets a ``*``."""
+    from robustbench_pid.labels import eps_text
+
+    from robustbench_pid.results.inputs import load_inputs
+
+    res = load_inputs(list(dirs)).results
+    res = res[res["metric"].isin(["top1", "top5"])]
+    keys = list(dict.fromkeys(zip(res["attack"], res["eps_key"], res["settings_id"])))
+    keys.sort(key=lambda k: (k[0] != "clean", k[0] == "worst-case"))
+    head = ["attack", "eps"] + (["n"] if with_n else []) + [f"{m} {t}" for m in MODELS for t in ("top1", "top5")]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for attack, e, sid in keys:
+        sub = res[(res["attack"] == attack) & (res["eps_key"] == e) & (res["settings_id"] == sid)]
+        name = str(sub["setting"].iloc[0]) if attack != "clean" else "clean"
+        cells = [name.replace("worst case over", "worst case of"), eps_text(e, str(sub["norm"].iloc[0]))]
+        if with_n:
+            cells.append(str(int(sub["n"].max())))
+        for m in MODELS:
+            for t in ("top1", "top5"):
+                v = sub[(sub["label"] == m) & (sub["metric"] == t)]["value"]
+                star = "*" if attack == "spsa" and t == "top5" else ""
+                cells.append(f"{float(v.iloc[0]):.2f}{star}" if len(v) else "–")
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def autoattack_block() -> str:
+    """AutoAttack beside PGD-20 on the first 48 images, and what the comparison says at 4/255."""
+    from robustbench_pid.results.inputs import load_inputs
+
+    res = load_inputs(_both("autoattack")).results
+    top1 = res[(res["metric"] == "top1") & (res["eps_key"] == round(4 / 255, 10))]
+    v = {(r["label"], r["attack"]): float(r["value"]) for r in top1.to_dict("records")}
+    pairs = [f"{m} {v[(m, 'autoattack')]:.2f} vs {v[(m, 'pgd')]:.2f}" for m in MODELS]
+    lower = all(v[(m, "autoattack")] < v[(m, "pgd")] for m in MODELS)
+    text = (f"Top-1 at 4/255, AutoAttack vs PGD-20: {'; '.join(pairs)}. "
+            + ("AutoAttack is below PGD-20 for both models: PGD-20 alone overstates robustness on these models; "
+               "report the worst case." if lower else "AutoAttack is not below PGD-20 for every model here."))
+    return attack_rows(_both("autoattack")) + "\n\n" + text
+
+
+def diagnostics_line() -> str:
+    """What ``diagnose`` says about every reference run (the findings of each, or that there are none)."""
+    import pandas as pd
+
+    from robustbench_pid.results.diagnostics import diagnose
+
+    found = []
+    for d in sorted(RUNS_DIR.iterdir()):
+        rec = pd.read_parquet(d / "records.parquet")
+        if (rec["benchmark"] == "adversarial").all() and (rec["attack"] != "clean").any():
+            found += [f"{d.name}: [{f.severity}] {f.code}: {f.message}" for f in diagnose(rec)]
+    if not found:
+        return ("None: `diagnose` found no gradient-masking or broken-model sign in any of the reference runs "
+                "with attacks.")
+    return "Findings of `diagnose` on the reference runs:\n\n" + "\n".join(f"- {f}" for f in found)
+
+
 def commands_block(names: Sequence[str]) -> str:
     """The evaluate commands of ``names``, once per model (``M``), as an indented code block."""
     seen: List[str] = []
@@ -223,6 +285,17 @@ BLOCKS = [
     Block("docs/results.md", "results-rank-collapse", rank_collapse_line, [f"{m}-rank-collapse" for m in MODELS]),
     Block("docs/benchmarks.md", "benchmarks-commands", lambda: commands_block(["deit-corruptions"]), []),
     Block("docs/benchmarks.md", "benchmarks-corruptions", corruption_table, [f"{m}-corruptions" for m in MODELS]),
+    Block("docs/attacks.md", "attacks-commands", lambda: commands_block(
+        ["deit-paper-table1", "deit-paper-fgsm-pgd", "deit-paper-sld-noise", "deit-eps-sweep-standard",
+         "deit-eps-sweep-paper", "deit-autoattack"]), []),
+    Block("docs/attacks.md", "attacks-paper-table1", lambda: attack_rows(_both("paper-table1")),
+          [f"{m}-paper-table1" for m in MODELS]),
+    Block("docs/attacks.md", "attacks-paper-protocol", lambda: attack_rows(
+        [d for k in ("paper-fgsm-pgd", "paper-sld-noise") for d in _both(k)], with_n=True),
+          [f"{m}-{k}" for m in MODELS for k in ("paper-fgsm-pgd", "paper-sld-noise")]),
+    Block("docs/attacks.md", "attacks-autoattack", autoattack_block,
+          [f"{m}-autoattack" for m in MODELS]),
+    Block("docs/attacks.md", "attacks-diagnostics", diagnostics_line, list(RUNS)),
     Block("docs/attacks.md", "attacks-eps-sweep", eps_sweep_table,
           [f"{m}-eps-sweep-{p}" for m in MODELS for p in ("standard", "paper")]),
 ]
