@@ -425,3 +425,21 @@ def test_a_slice_of_the_reference_runs_reproduces_record_for_record(name: str, a
     assert len(both) == len(fresh) == 40 * fresh["eps"].nunique()
     for c in cols:
         assert (both[c] == both[f"{c}_ref"]).all(), (name, c)
+
+
+def test_the_shipped_checkpoints_clean_accuracy_is_the_reference_runs_and_the_docs() -> None:
+    """README and docs/models.md quote the manifest's clean top-1 of the shipped checkpoints; the
+    reference runs measure it again (all 360 test images)."""
+    from robustbench_pid.checkpoints import read_manifest
+
+    numbers = _numbers()
+    readme = (ROOT / "README.md").read_text()
+    models_md = (ROOT / "docs" / "models.md").read_text()
+    for name, entry in read_manifest().items():
+        model = entry["model"]
+        clean = pd.read_csv(numbers.RUNS_DIR / f"{model}-fgsm-pgd" / "summary.csv")
+        clean = clean[(clean["attack"] == "clean") & (clean["metric"] == "top1")]["value"].iloc[0]
+        assert f"{clean:.2f}" == f"{100 * entry['clean_test_top1']:.2f}", name
+        assert f"sha256 {entry['sha256'][:12]}  {100 * entry['clean_test_top1']:.2f}% clean test top-1" in models_md
+    shipped = 100 * read_manifest()["pid_deit_digits"]["clean_test_top1"]
+    assert f"instead of the shipped {shipped:.2f}%" in readme

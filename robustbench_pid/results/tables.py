@@ -217,7 +217,7 @@ def _paper_table(df: pd.DataFrame, inp: Inputs, order: List[str], ds: str, proto
             for part_text, part in [(row_text, ss)] + parts:
                 shown.update(zip(part["attack"], part["eps_key"], part["settings_id"]))
                 for metric in ACCURACY_METRICS:
-                    cells = {m: r for m, r in ((r["label"], r) for r in part[part["metric"] == metric].to_dict("records"))}
+                    cells = {r["label"]: r for r in part[part["metric"] == metric].to_dict("records")}
                     if cells:
                         rows.append((part_text, metric, cells))
     # ImageNet-A/-R (top-1), -C (mCE), -O (AUPR)
