@@ -253,14 +253,14 @@ def diagnostics_line() -> str:
 
 
 def commands_block(names: Sequence[str]) -> str:
-    """The evaluate commands of ``names``, once per model (``M``), as an indented code block."""
+    """The evaluate commands of ``names``, once per model (``M``), as a code block."""
     seen: List[str] = []
     for n in names:
         line = " ".join(command(n)).replace(f"--model {n.split('-')[0]}", "--model M")
         line = line.replace(f"docs/runs/{n.split('-')[0]}-", "docs/runs/M-")
         if line not in seen:
             seen.append(line)
-    return "\n".join(f"    {c}" for c in seen)
+    return "```\n" + "\n".join(seen) + "\n```"
 
 
 RESULTS_RUNS = ("fgsm-pgd", "sld-noise", "spsa", "spsa-4", "corruptions", "paper-fgsm-pgd", "paper-sld-noise",
