@@ -365,11 +365,11 @@ def test_readme_commands_write_only_under_results() -> None:
     assert "results/*" in ignored
 
 
-# --- item 12: documented numbers come from docs/numbers.py and still reproduce ------------------------------
+# --- item 12: documented numbers come from docs/generate_numbers.py and still reproduce ---------------------
 def _numbers():
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("doc_numbers", ROOT / "docs" / "numbers.py")
+    spec = importlib.util.spec_from_file_location("doc_numbers", ROOT / "docs" / "generate_numbers.py")
     mod = importlib.util.module_from_spec(spec)
     sys.modules["doc_numbers"] = mod  # dataclasses look their module up there
     spec.loader.exec_module(mod)
