@@ -267,6 +267,29 @@ RESULTS_RUNS = ("fgsm-pgd", "sld-noise", "spsa", "spsa-4", "corruptions", "paper
                 "rank-collapse")
 
 
+def rank_collapse_table() -> str:
+    """Mean token cosine per layer with its 95% interval for both models, the paired per-image
+    difference and how often PID DeiT is the lower one (docs/models.md)."""
+    import pandas as pd
+
+    summ = {m: pd.read_csv(RUNS_DIR / f"{m}-rank-collapse" / "summary.csv") for m in MODELS}
+    rec = {m: pd.read_parquet(RUNS_DIR / f"{m}-rank-collapse" / "records.parquet") for m in MODELS}
+    pair = rec["deit"][["sample_id", "layer", "value"]].merge(rec["pid_deit"][["sample_id", "layer", "value"]],
+                                                              on=["sample_id", "layer"], suffixes=("_d", "_p"))
+    lines = ["| layer | `deit` | `pid_deit` | paired difference (pid - deit) | images where pid is lower |",
+             "|---|---|---|---|---|"]
+    for layer, g in pair.groupby("layer"):
+        cells = []
+        for m in MODELS:
+            r = summ[m][summ[m]["condition"] == f"layer={int(layer):02d}"].iloc[0]
+            cells.append(f"{r['value']:.3f} [{r['ci_low']:.3f}, {r['ci_high']:.3f}]")
+        diff = (g["value_p"] - g["value_d"]).mean()
+        lower = 100 * (g["value_p"] < g["value_d"]).mean()
+        name = f"{int(layer)}" + (" (embeddings)" if int(layer) == 0 else "")
+        lines.append(f"| {name} | {cells[0]} | {cells[1]} | {diff:+.3f} | {lower:.1f}% |")
+    return "\n".join(lines)
+
+
 @dataclass(frozen=True)
 class Block:
     doc: str
@@ -285,6 +308,7 @@ BLOCKS = [
     Block("docs/results.md", "results-rank-collapse", rank_collapse_line, [f"{m}-rank-collapse" for m in MODELS]),
     Block("docs/benchmarks.md", "benchmarks-commands", lambda: commands_block(["deit-corruptions"]), []),
     Block("docs/benchmarks.md", "benchmarks-corruptions", corruption_table, [f"{m}-corruptions" for m in MODELS]),
+    Block("docs/models.md", "models-rank-collapse", rank_collapse_table, [f"{m}-rank-collapse" for m in MODELS]),
     Block("docs/attacks.md", "attacks-commands", lambda: commands_block(
         ["deit-paper-table1", "deit-paper-fgsm-pgd", "deit-paper-sld-noise", "deit-eps-sweep-standard",
          "deit-eps-sweep-paper", "deit-autoattack"]), []),
