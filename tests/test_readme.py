@@ -66,7 +66,8 @@ def test_every_readme_command_runs_as_written(tmp_path: Path) -> None:
             assert not fails and "SAMPLES-CHANGED" in p.stdout, f"{cmd}\n{out}"
             continue
         assert p.returncode == 0, f"{cmd}\n{out}"
-    assert (tmp_path / "report.html").is_file() and any((tmp_path / "plots").iterdir())
+    assert (tmp_path / "results" / "report.html").is_file() and any((tmp_path / "results" / "plots").iterdir())
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["results"]  # every output under results/ (git-ignored)
 
 
 @pytest.mark.parametrize("argv", [["--eps", "-2/255"], ["--eps", "-0.1"], ["--eps", "1/255,-2/255"]])

@@ -23,8 +23,10 @@ def run(args: argparse.Namespace) -> int:
 
     matplotlib.use("Agg")
     from ..results.inputs import load_inputs
+    from ..results.outputs import output_file
     from ..results.report import write_report
 
+    output_file(args.output, "report.html")  # before the work: a folder as -o is one error line
     out = write_report(load_inputs(args.results, ce_baseline=args.ce_baseline), args.output, title=args.title,
                        n_boot=args.n_boot, study_dir=Path(args.results[0]) if len(args.results) == 1 else None)
     print(f"wrote {out} ({out.stat().st_size // 1024} KiB, self-contained)")

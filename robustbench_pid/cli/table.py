@@ -32,6 +32,10 @@ def run(args: argparse.Namespace) -> int:
     from ..results.render import render
     from ..results.tables import tables
 
+    from ..results.outputs import output_file, write_text
+
+    if args.output:
+        output_file(args.output, "table.md")  # a folder or a blocked path: one error line before any work
     inp = load_inputs(args.results, ce_baseline=args.ce_baseline)
     kw = {}
     if args.layout == "paper":
@@ -41,8 +45,7 @@ def run(args: argparse.Namespace) -> int:
         kw["models"] = [m.strip() for m in args.models.split(",") if m.strip()]
     text = render(tables(inp, layout=args.layout, **kw), args.format)
     if args.output:
-        args.output.parent.mkdir(parents=True, exist_ok=True)
-        args.output.write_text(text)
+        write_text(args.output, text, "table.md")
         print(f"wrote {args.output}")
     else:
         print(text, end="")

@@ -17,6 +17,7 @@ import pandas as pd
 from .conditions import canonical, short_hash
 from ..errors import UserError
 from .inputs import EPS_DECIMALS
+from .verify import verify_file
 
 CHECK_KEY = ["model", "dataset", "protocol", "attack", "eps", "metric", "condition"]  # condition: e.g. layer=3
 IDENTITY = ["setting", "settings_id", "samples_id", "settings"]
@@ -62,6 +63,7 @@ def read_baseline(path: Union[str, Path]) -> pd.DataFrame:
     if not p.is_file():
         raise UserError(f"baseline not found: {p}. Create it from good results with `robustbench-pid check "
                         f"RESULTS --baseline {p} --update`")
+    verify_file(p)  # a run's summary.csv used as a baseline: checked against its run.json
     try:
         df = pd.read_csv(p)
     except Exception as exc:  # noqa: BLE001
@@ -81,8 +83,38 @@ def sidecar(path: Union[str, Path]) -> Path:
     return p.with_name(p.stem + ".samples.parquet")
 
 
+VERDICT_COLUMNS = ["model", "dataset", "attack", "eps", "settings_id", "sample_id", "correct_top1", "correct_top5"]
+
+
+def check_update_target(path: Union[str, Path]) -> None:
+    """``check --update`` writes only a baseline and its own sidecar: never into a run folder (its
+    summary.csv is the run's, checksummed in its run.json), never over a file that is not a
+    baseline, never over a ``NAME.samples.parquet`` that is not the baseline's per-sample sidecar."""
+    p = Path(path)
+    for d in (p.parent, p.parent.parent):
+        if (d / "run.json").is_file() or (d / "plan.json").is_file():
+            raise UserError(f"refusing to write the baseline {p} into the run folder {d}: a run's files are "
+                            f"written by evaluate/merge only. Write the baseline outside it, e.g. "
+                            f"--baseline results/baselines/{d.name}.csv")
+    if p.is_dir():
+        raise UserError(f"--baseline {p} is a directory; give a .csv file name, e.g. {p / 'baseline.csv'}")
+    side = sidecar(p)
+    if side.exists():
+        try:
+            import pyarrow.parquet as pq
+
+            cols = list(pq.read_schema(side).names)
+        except Exception:  # noqa: BLE001 - unreadable means it is not ours either
+            cols = []
+        if cols[:len(VERDICT_COLUMNS)] != VERDICT_COLUMNS:
+            raise UserError(f"refusing to overwrite {side}: it is not the per-sample sidecar of a baseline "
+                            f"(columns {', '.join(cols[:8]) or 'unreadable'}); move it away or choose another "
+                            f"--baseline name")
+
+
 def write_baseline(rows: pd.DataFrame, path: Union[str, Path], records: Optional[pd.DataFrame] = None) -> Path:
     p = Path(path)
+    check_update_target(p)
     p.parent.mkdir(parents=True, exist_ok=True)
     out = rows.sort_values(CHECK_KEY + ["settings_id"], kind="stable")[BASELINE_COLUMNS]
     tmp = p.with_name(f".{p.name}.tmp")
@@ -98,7 +130,7 @@ def write_baseline(rows: pd.DataFrame, path: Union[str, Path], records: Optional
 
 def verdicts_of(records: Optional[pd.DataFrame]) -> Optional[pd.DataFrame]:
     """Per-sample top-1/top-5 verdicts of each condition (None when the records cannot say)."""
-    cols = ["model", "dataset", "attack", "eps", "settings_id", "sample_id", "correct_top1", "correct_top5"]
+    cols = VERDICT_COLUMNS
     if records is None or not set(cols) <= set(records.columns):
         return None
     v = records[cols].copy()

@@ -34,8 +34,8 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 import numpy as np
 import pandas as pd
 
-from .baseline import (BASELINE_COLUMNS, CHECK_KEY, ENVIRONMENT, normalize, read_baseline, sidecar, verdicts_of,
-                       write_baseline)
+from .baseline import (BASELINE_COLUMNS, CHECK_KEY, ENVIRONMENT, check_update_target, normalize, read_baseline,
+                       sidecar, verdicts_of, write_baseline)
 from .conditions import settings_diff
 from ..errors import UserError
 from .inputs import as_inputs
@@ -350,7 +350,14 @@ def update(results: Any, baseline: Union[str, Path], metrics: Optional[Sequence[
     if cur.empty:
         raise UserError("the results hold no rows to write" + (" for the chosen --metric" if metrics else ""))
     p = Path(baseline)
-    old = read_baseline(p) if p.is_file() else None
+    check_update_target(p)
+    if p.is_file():
+        try:
+            old = read_baseline(p)
+        except UserError as exc:
+            raise UserError(f"refusing to overwrite {p}: {exc}; choose another --baseline path") from None
+    else:
+        old = None
     changes = compare(cur, old if not metrics else old[old["metric"].isin(metrics)]) if old is not None \
         else cur.assign(status="new")
     records = cur.attrs.get("records")

@@ -21,6 +21,7 @@ import pandas as pd
 from ..errors import UserError
 from ..labels import attack_title, eps_text
 from .store import load_runs, summarize
+from .verify import verify_file
 
 OOD_DATASETS = ("imagenet-a", "imagenet-r", "imagenet-c", "imagenet-o")
 ACCURACY_METRICS = ("top1", "top5")
@@ -67,6 +68,8 @@ def load_inputs(paths: Union[str, Path, Sequence[Union[str, Path]]], ce_baseline
         p = Path(raw)
         if not p.exists():
             raise UserError(f"results path not found: {p}")
+        if p.is_file():
+            verify_file(p)  # a run's own summary.csv / records.parquet: checked against its run.json
         if p.is_file() and p.suffix == ".csv":
             df = pd.read_csv(p)
             missing = TIDY_REQUIRED - set(df.columns)
@@ -106,6 +109,7 @@ def as_inputs(data: Any, records: Optional[pd.DataFrame] = None, ce_baseline: Op
                             f"use rbp.load_results(path) or pass a results path")
         run_dir = data.attrs.get("run_dir") if records is None else None
         if run_dir and (Path(run_dir) / "records.parquet").is_file():  # rbp.evaluate(...)'s result
+            verify_file(Path(run_dir) / "records.parquet")
             records = pd.read_parquet(Path(run_dir) / "records.parquet")
         return prepare(data.copy(), records)
     raise UserError(f"cannot make a table from {type(data).__name__}: pass a results path, "

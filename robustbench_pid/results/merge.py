@@ -17,7 +17,8 @@ import pandas as pd
 
 from .conditions import add_identity
 from ..errors import UserError
-from .integrity import BAD_META, MISMATCH, UNVERIFIED, raise_bad_unit, read_unit_bytes, warn_unverified
+from .integrity import BAD_META, MISMATCH, UNVERIFIED, raise_bad_unit, read_unit_bytes, sha256_bytes, warn_unverified
+from .verify import FILES_KEY
 from .units import unit_from_dict, unit_label
 from .store import summarize
 from .sidecars import merge_sidecars
@@ -160,13 +161,16 @@ def finalize_run(out: Path, expected_plan: Optional[str] = None) -> pd.DataFrame
         t_start = min((float(s["t_started"]) for s in shards if s.get("t_started")), default=None)
         # Tables first, run.json's "complete" last: a failure at any write (disk full, kill) leaves
         # a folder that is not marked complete, and the next run/merge writes everything again.
-        write_parquet_atomic(records, out / "records.parquet")
-        atomic_write_bytes(out / "summary.csv", summary.to_csv(index=False).encode())
+        records_sha = write_parquet_atomic(records, out / "records.parquet")
+        summary_bytes = summary.to_csv(index=False).encode()
+        atomic_write_bytes(out / "summary.csv", summary_bytes)
         write_json(out / "run.json", {
             **prov, "plan_hash": plan["plan_hash"], "status": "complete",
             "wall_seconds": round(time.time() - t_start, 2) if t_start else None,
             "compute_seconds": round(sum(float(m.get("seconds", 0)) for m in metas), 2),
             "n_records": len(records), "units_unverified": unverified, "shards": shards, "finished": now(),
+            # what every reader verifies before trusting them (verify.py)
+            FILES_KEY: {"records.parquet": records_sha, "summary.csv": sha256_bytes(summary_bytes)},
             "finalized_by": {"host": HOST, "pid": os.getpid()}})
     return summary
 

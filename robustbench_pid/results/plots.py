@@ -15,7 +15,9 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 import numpy as np
 
 from ..errors import UserError
+from .conditions import differing_settings, flat_settings
 from .inputs import ACCURACY_METRICS, OOD_DATASETS, as_inputs, norm_of
+from .outputs import output_dir
 
 FORMATS = ("png", "svg")
 
@@ -71,20 +73,23 @@ def plot_eps_curves(data: Any, metric: str = "top1", attacks: Optional[Sequence[
         clean = df[(df["attack"] == "clean") & (df["dataset"] == ds) & (df["protocol"] == proto)]
         linf = norm_of(sub, attack) == "linf"
         scale = 255.0 if linf else 1.0
+        tags = setting_tags(sub)  # one line per model and setting: PGD-10 and PGD-20 are never one curve
         for m in order:
-            s = sub[sub["label"] == m].sort_values("eps_key")
-            if s.empty:
-                continue
-            c = clean[clean["label"] == m]
-            x = list(s["eps"] * scale)
-            y, lo, hi = list(s["value"]), list(s["ci_low"]), list(s["ci_high"])
-            if len(c):
-                x, y = [0.0] + x, [float(c["value"].iloc[0])] + y
-                lo, hi = [float(c["ci_low"].iloc[0])] + lo, [float(c["ci_high"].iloc[0])] + hi
-            ax.plot(x, y, marker="o", ms=3.5, color=colors[m], label=m)
-            lo_a, hi_a = np.asarray(lo, float), np.asarray(hi, float)
-            if np.isfinite(lo_a).all() and np.isfinite(hi_a).all():
-                ax.fill_between(x, lo_a, hi_a, color=colors[m], alpha=0.15, linewidth=0)
+            for k, (sid, tag) in enumerate(tags.items()):
+                s = sub[(sub["label"] == m) & (sub["settings_id"] == sid)].sort_values("eps_key")
+                if s.empty:
+                    continue
+                c = clean[clean["label"] == m]
+                x = list(s["eps"] * scale)
+                y, lo, hi = list(s["value"]), list(s["ci_low"]), list(s["ci_high"])
+                if len(c):
+                    x, y = [0.0] + x, [float(c["value"].iloc[0])] + y
+                    lo, hi = [float(c["ci_low"].iloc[0])] + lo, [float(c["ci_high"].iloc[0])] + hi
+                ax.plot(x, y, marker="o", ms=3.5, color=colors[m], linestyle=LINESTYLES[k % len(LINESTYLES)],
+                        label=f"{m} · {tag}" if tag else m)
+                lo_a, hi_a = np.asarray(lo, float), np.asarray(hi, float)
+                if np.isfinite(lo_a).all() and np.isfinite(hi_a).all():
+                    ax.fill_between(x, lo_a, hi_a, color=colors[m], alpha=0.15, linewidth=0)
         title = str(sub["attack_label"].iloc[0])
         extra = [ds] if many_ds else []
         extra += [proto] if many_proto else []
@@ -96,8 +101,29 @@ def plot_eps_curves(data: Any, metric: str = "top1", attacks: Optional[Sequence[
         ax.legend(fontsize=8)
     for ax in axes[len(panels):]:
         ax.set_visible(False)
-    fig.suptitle("Accuracy against perturbation size (shaded: 95% Wilson interval)", fontsize=10)
+    # one panel is 4.2 in wide: the title goes on two lines there, or it is clipped at both ends
+    fig.suptitle("Accuracy against perturbation size" + ("\n" if ncol == 1 else " ") +
+                 "(shaded: 95% Wilson interval)", fontsize=10)
     return fig
+
+
+LINESTYLES = ("-", "--", ":", "-.")
+
+
+def setting_tags(rows: Any) -> Dict[str, str]:
+    """settings_id -> what tells its curve apart from the others of the panel (``steps 10``), ''
+    when the panel has one setting; the settings that differ, as the tables label their rows."""
+    first = rows.drop_duplicates("settings_id")
+    ids = list(first["settings_id"])
+    if len(ids) <= 1:
+        return {i: "" for i in ids}
+    raw = dict(zip(ids, first["settings"].astype(str) if "settings" in first.columns else [""] * len(ids)))
+    differing = differing_settings(raw.values())
+    out = {}
+    for i, setting in zip(ids, first["setting"].astype(str)):
+        flat = flat_settings(raw[i]) or {}
+        out[i] = ", ".join(f"{k} {flat.get(k, '(unset)')}" for k in differing) or setting or i
+    return out
 
 
 def plot_corruption_errors(data: Any, models: Optional[Sequence[str]] = None, dataset: Optional[str] = None,
@@ -218,7 +244,7 @@ def figures(data: Any, ce_baseline: Optional[str] = None) -> Tuple[Dict[str, Any
 
 
 def save_figure(fig: Any, out_dir: Union[str, Path], name: str, formats: Sequence[str] = FORMATS) -> List[Path]:
-    d = Path(out_dir)
+    d = output_dir(out_dir)
     d.mkdir(parents=True, exist_ok=True)
     paths = []
     for fmt in formats:
@@ -237,6 +263,7 @@ def figure_bytes(fig: Any, fmt: str = "svg") -> bytes:
 def write_plots(data: Any, out_dir: Union[str, Path], formats: Sequence[str] = FORMATS,
                 ce_baseline: Optional[str] = None) -> Tuple[List[Path], List[str]]:
     """Writes every available plot as PNG and SVG; returns the files and the skip notes."""
+    output_dir(out_dir)  # a file where the folder goes: one error before any work (outputs.py)
     inp = as_inputs(data, ce_baseline=ce_baseline)
     figs, notes = figures(inp)
     paths: List[Path] = []

@@ -25,6 +25,7 @@ from .diagnostics import diagnose
 from .evidence_report import evidence_section
 from .inputs import AGGREGATE_METRICS, Inputs, as_inputs, attack_norms
 from ..labels import eps_text
+from .outputs import output_file, write_text
 from .plots import figure_bytes, figures, write_rank_collapse
 from .render import Table, fmt_p, render_html
 from .tables import paper_tables, wide_table
@@ -222,9 +223,6 @@ def build_report(data: Any, title: str = "Robustness report", n_boot: int = 1000
 
 def write_report(data: Any, out: Union[str, Path], title: str = "Robustness report", n_boot: int = 1000,
                  ce_baseline: Optional[str] = None, study_dir: Optional[Path] = None) -> Path:
-    p = Path(out)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    tmp = p.with_name(f".{p.name}.tmp")
-    tmp.write_text(build_report(data, title=title, n_boot=n_boot, ce_baseline=ce_baseline, study_dir=study_dir), encoding="utf-8")
-    tmp.replace(p)
-    return p
+    p = output_file(out, "report.html")  # checked before the work, written atomically (outputs.py)
+    return write_text(p, build_report(data, title=title, n_boot=n_boot, ce_baseline=ce_baseline, study_dir=study_dir),
+                      "report.html")

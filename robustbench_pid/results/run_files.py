@@ -11,6 +11,7 @@ import contextlib
 import io
 import json
 import os
+import re
 import socket
 import time
 import uuid
@@ -36,8 +37,15 @@ def default_out(spec: RunSpec, identity: Optional[Dict[str, Any]] = None) -> Pat
                            if k not in ("out", "quiet", "num_workers", "shard", "dry_run", "calibration",
                                         "checkpoint_dir")},
                         **({"objects": identity} if identity else {})})[:8]
-    safe_model = spec.model.replace(":", "-").replace("/", "-")
-    return Path("results") / f"{safe_model}_{spec.dataset}_{what}_{spec.protocol}_{tag}"
+    name = "_".join(safe_label(str(x)) for x in (spec.model, spec.dataset, what, spec.protocol))
+    return Path("results") / f"{name}_{tag}"
+
+
+def safe_label(label: str) -> str:
+    """A label (model, dataset, suite name) as part of one folder name: path separators and other
+    characters outside ``[A-Za-z0-9._+=-]`` become ``-`` and leading dots go, so no label can name
+    a parent folder (``x/../../escape`` -> ``x-..-..-escape``) or a hidden file."""
+    return re.sub(r"[^A-Za-z0-9._+=-]", "-", label).lstrip(".") or "-"
 
 
 def check_writable(out: Path) -> None:

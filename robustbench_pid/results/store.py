@@ -17,6 +17,7 @@ import pandas as pd
 from .conditions import META_COLUMNS, add_identity, combined, condition_meta, samples_id, with_attack_meta
 from ..errors import UserError
 from .summaries import summarize_benchmark
+from .verify import verify_run_files
 
 TIDY_COLUMNS = ["run_id", "model", "checkpoint_sha256", "dataset", "protocol", "benchmark", "attack", "eps",
                 "setting", "metric", "value", "n", "ci_low", "ci_high", "settings_id", "samples_id", "precision",
@@ -156,6 +157,7 @@ def load_runs(path: Union[str, Path], include_incomplete: bool = False) -> Loade
                 raise UserError(f"{d}: no records.parquet in this run folder; {_finish_hint(d)}")
             out.notes.append(f"skipped {d}: no records.parquet (status {status!r})")
             continue
+        verify_run_files(d, info)  # records.parquet and summary.csv are what finalize wrote, or refused
         frames.append(with_run_identity(pd.read_parquet(d / "records.parquet"), info))
         out.runs.append({**info, "path": str(d)})
     if not frames:

@@ -29,6 +29,7 @@ from .inputs import (ACCURACY_METRICS, AGGREGATE_METRICS, CORRUPTION_METRICS, EP
                      as_inputs, model_order, norm_of)
 from ..labels import eps_text, parse_eps
 from .render import MISSING, Table, fmt_delta, fmt_p, fmt_value, render
+from .worst_case import worst_case_parts
 
 LAYOUTS = ("paper", "long", "wide")
 PAPER_ORDER = ("clean", "fgsm", "pgd", "spsa", "sld", "noise")  # the rows of PIDformer Table 1, in order
@@ -188,6 +189,7 @@ def _paper_table(df: pd.DataFrame, inp: Inputs, order: List[str], ds: str, proto
                    key=lambda a: (a == "worst-case", a))  # the worst case over attacks comes last
     eps_notes: List[str] = []
     setting_notes: List[str] = []
+    shown: set = set()  # (attack, eps_key, settings_id) of the rows in the table
     for attack in list(PAPER_ORDER) + extra:
         sub = acc[acc["attack"] == attack]
         if sub.empty:
@@ -209,10 +211,15 @@ def _paper_table(df: pd.DataFrame, inp: Inputs, order: List[str], ds: str, proto
                                  f"{', '.join(eps_text(x, norm) for x in allp)})")
         # cells with different settings never share a row (nor a Δ): one row per setting
         for row_text, ss in split_by_settings(sub, text, label, attack, setting_notes):
-            for metric in ACCURACY_METRICS:
-                cells = {m: r for m, r in ((r["label"], r) for r in ss[ss["metric"] == metric].to_dict("records"))}
-                if cells:
-                    rows.append((row_text, metric, cells))
+            parts: List[Tuple[str, pd.DataFrame]] = []
+            if attack == "worst-case":  # name what it combines, and show their rows (worst_case.py)
+                row_text, parts = worst_case_parts(row_text, ss, acc, shown)
+            for part_text, part in [(row_text, ss)] + parts:
+                shown.update(zip(part["attack"], part["eps_key"], part["settings_id"]))
+                for metric in ACCURACY_METRICS:
+                    cells = {r["label"]: r for r in part[part["metric"] == metric].to_dict("records")}
+                    if cells:
+                        rows.append((part_text, metric, cells))
     # ImageNet-A/-R (top-1), -C (mCE), -O (AUPR)
     if ds == "imagenet" or only_base:
         for name, label in (("imagenet-a", "ImageNet-A"), ("imagenet-r", "ImageNet-R")):

@@ -7,6 +7,7 @@ No torch here: ``merge`` reads plans in processes that never load a model.
 """
 from __future__ import annotations
 
+import sys
 from dataclasses import replace
 from typing import Any, Dict, List, Sequence
 
@@ -45,11 +46,25 @@ def plan_units(ctx: Any) -> List[Unit]:
     units = get_benchmark(ctx.spec.benchmark).plan(ctx)
     units = [replace(u, key=unit_key(ctx, u)) for u in units]
     seen: Dict[str, Unit] = {}
+    twice: List[str] = []
     for u in units:
-        if u.key in seen:
-            raise RuntimeError(f"benchmark {ctx.spec.benchmark!r} planned the same work unit twice: {u}")
+        if u.key in seen:  # the same condition listed twice (--eps 4/255,4/255, a suite repeating an eps)
+            label = condition_label(u)
+            if label not in twice:
+                twice.append(label)
+            continue
         seen[u.key] = u
-    return units
+    if twice:
+        print(f"note: {', '.join(twice)}: listed more than once with the same settings; evaluated once",
+              file=sys.stderr)
+    return list(seen.values())
+
+
+def condition_label(u: Unit) -> str:
+    """``pgd eps 4/255`` (eps in k/255 when it is one) for messages about a condition."""
+    from ..labels import eps_text
+
+    return f"{u.attack}" + (f" eps {eps_text(u.eps, 'linf')}" if u.eps else "") + (f" {u.condition}" if u.condition else "")
 
 
 def plan_hash(units: Sequence[Unit]) -> str:

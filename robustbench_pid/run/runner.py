@@ -61,6 +61,7 @@ from .claims import Claims, wait_for_units
 from .dryrun import dry_run
 from ..results.integrity import BAD_META, CHECKSUM_KEY, MISMATCH, UNVERIFIED, problem, read_unit_bytes, warn, warn_unverified
 from .launcher import TORCHRUN, Launch, launch
+from .one_config import check_same_configuration
 from ..results.merge import finalize_run
 from ..results.sidecars import write_sidecars
 from ..results.units import short_label, unit_label, unit_to_dict
@@ -107,6 +108,7 @@ def run(spec: RunSpec, model: Optional[torch.nn.Module] = None, data: Any = None
     provenance = run_provenance(ctx, spec, out, units)
     check_same_model(out, provenance)
     phash = plan_hash(units)
+    check_same_configuration(out, provenance, phash)  # one configuration per folder (one_config.py)
     write_json(out / "plan.json", {
         "version": PLAN_VERSION, "plan_hash": phash, "run_id": out.name, "n_units": len(units),
         "units": [unit_to_dict(u) for u in units],

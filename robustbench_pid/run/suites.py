@@ -55,9 +55,12 @@ def load_suite(name: str) -> Dict[str, Any]:
     """{'name', 'path', 'description', 'attacks': [AttackSpec, ...]}"""
     path = find_suite(name)
     try:
-        data = tomllib.loads(path.read_text())
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
     except tomllib.TOMLDecodeError as exc:
         raise UserError(f"{path}: not valid TOML ({exc})") from None
+    except UnicodeDecodeError as exc:  # TOML is UTF-8 by definition
+        raise UserError(f"{path}: not a UTF-8 text file (byte {exc.start}: {exc.reason}); a suite is TOML, which is "
+                        f"UTF-8: save it as UTF-8") from None
     unknown = set(data) - TOP_KEYS
     if "protocol" in unknown:
         raise UserError(f"{path}: key 'protocol' is not a suite setting: choose the protocol per run with "
