@@ -20,26 +20,15 @@ import torch
 import robustbench_pid as rbp
 from robustbench_pid.attacks import telemetry
 
-from _common import machine, sync
+from _common import machine
+from robustbench_pid.speed import interleaved_times
 
 
 def interleaved(fns, device: torch.device, reps: int):
-    """Every call's seconds, the candidates run round-robin after one warm-up round. Both the median
-    and the minimum are reported: on a shared machine other work only ever adds time, so the
-    minimum is the least disturbed figure and the median the typical one."""
-    import time
-
-    for fn in fns.values():
-        fn()
-    times = {k: [] for k in fns}
-    for _ in range(reps):
-        for k, fn in fns.items():
-            sync(device)
-            t = time.perf_counter()
-            fn()
-            sync(device)
-            times[k].append(time.perf_counter() - t)
-    return times
+    """Every call's seconds, round-robin after one warm-up round (robustbench_pid.speed). Both the median and
+    the minimum are reported: on a shared machine other work only ever adds time, so the minimum is the least
+    disturbed figure and the median the typical one."""
+    return interleaved_times(fns, device, reps, warmup=1)
 
 
 def show(times, base: str) -> None:

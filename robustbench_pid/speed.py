@@ -41,9 +41,10 @@ def sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def timed_interleaved(fns: Dict[str, Callable[[], object]], device: torch.device, reps: int = 5,
-                      warmup: int = 1) -> Dict[str, float]:
-    """Median seconds per call of each function, calls interleaved round-robin."""
+def interleaved_times(fns: Dict[str, Callable[[], object]], device: torch.device, reps: int = 5,
+                      warmup: int = 1) -> Dict[str, List[float]]:
+    """Every call's seconds for each function, calls interleaved round-robin after ``warmup`` rounds, so
+    drifting load on a shared machine hits every candidate alike."""
     for _ in range(warmup):
         for fn in fns.values():
             fn()
@@ -56,7 +57,13 @@ def timed_interleaved(fns: Dict[str, Callable[[], object]], device: torch.device
             fn()
             sync(device)
             times[k].append(time.perf_counter() - t)
-    return {k: statistics.median(v) for k, v in times.items()}
+    return times
+
+
+def timed_interleaved(fns: Dict[str, Callable[[], object]], device: torch.device, reps: int = 5,
+                      warmup: int = 1) -> Dict[str, float]:
+    """Median seconds per call of each function, calls interleaved round-robin."""
+    return {k: statistics.median(v) for k, v in interleaved_times(fns, device, reps, warmup).items()}
 
 
 def forward(model: torch.nn.Module, x: torch.Tensor, precision: str = "fp32") -> None:

@@ -115,18 +115,23 @@ class Killed(BaseException):
     """Stands for the SIGKILL (nothing catches it): the command stops between two rows."""
 
 
-def test_a_rerun_cut_short_leaves_no_stale_table(tmp_path, capsys, monkeypatch):
-    """A finished study re-run with other settings resets each row as it reaches it: cut short, the old
-    table (every row "complete", n=8) would contradict the rows (the first one now n=4). No table is left
-    until the command (or ``merge``) finishes; then it is the new settings' table."""
+def test_other_settings_refused_before_any_row_and_a_cut_rerun_leaves_no_stale_table(tmp_path, capsys, monkeypatch):
+    """A finished study re-run with other settings (--limit 4 over --limit 8) is refused at the start, naming the
+    row folder and what differs, and its table is kept (it still matches its rows). A re-run of the same command
+    cut short between two rows leaves no table until the command (or ``merge``) finishes."""
     from robustbench_pid.run import runner
 
     out = tmp_path / "d"
     base = ["reproduce", "digits-smoke", "--model", "pid_deit", "--quiet", "--device", "cpu", "--out", str(out),
             "--only", "clean", "--only", "fgsm-2"]
     assert main([*base, "--limit", "8"]) == 0
-    t = pd.read_csv(out / "table.csv")
-    assert set(t[t.row.isin(["clean", "fgsm-2"])].n) == {8}
+    table = (out / "table.csv").read_bytes()
+    capsys.readouterr()
+    assert main([*base, "--limit", "4"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "another configuration (limit: 8 -> 4)" in err and "clean" in err
+    assert (out / "table.csv").read_bytes() == table  # nothing ran, the table still matches its rows
+
     real, calls = runner.run, []
 
     def killed_after_one_row(spec):
@@ -137,13 +142,12 @@ def test_a_rerun_cut_short_leaves_no_stale_table(tmp_path, capsys, monkeypatch):
 
     monkeypatch.setattr(runner, "run", killed_after_one_row)
     try:
-        main([*base, "--limit", "4"])
+        main([*base, "--limit", "8"])
     except Killed:
         pass
     assert [p.name for p in calls] == ["clean"] and status(calls[0]) == "complete"
     assert not any((out / f"table.{ext}").exists() for ext in ("md", "csv", "tex"))
     monkeypatch.setattr(runner, "run", real)
-    assert main([*base, "--limit", "4"]) == 0
-    t = pd.read_csv(out / "table.csv")
-    assert set(t[t.row.isin(["clean", "fgsm-2"])].n) == {4}
+    assert main([*base, "--limit", "8"]) == 0
+    assert (out / "table.csv").read_bytes() == table
     capsys.readouterr()

@@ -83,13 +83,16 @@ def compiled(s: Settings, state: Dict[str, Any]) -> Outcome:
     return _rates(s, state, f"{fast} compiled", fast, compiled=True)
 
 
+PGD_PASS = 1.05  # the harness may add at most 5% to the bare passes it is made of
+
+
 def pgd(s: Settings, state: Dict[str, Any]) -> Outcome:
     x, y = _batch(s, state)
     r = speed.pgd_ratio(_models(s, state)[PID], x, y, s.pgd_steps, reps=s.reps)
     state.setdefault("speed", {})["pgd"] = {"steps": s.pgd_steps, "batch": len(x), **r}
     line = (f"PID DeiT-tiny, batch {len(x)}: harness PGD-{s.pgd_steps} {r['harness_s']:.3f} s / {s.pgd_steps} bare "
-            f"forward+backward {r['bare_s']:.3f} s = {r['ratio']:.3f} (1.0 is the limit)")
-    return ("PASS" if r["ratio"] <= 1.05 else "WARN"), line, r
+            f"forward+backward {r['bare_s']:.3f} s = {r['ratio']:.3f} (1.0: no overhead; PASS up to {PGD_PASS})")
+    return ("PASS" if r["ratio"] <= PGD_PASS else "WARN"), line, r
 
 
 def decode(s: Settings, state: Dict[str, Any]) -> Outcome:

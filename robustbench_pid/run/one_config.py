@@ -54,7 +54,23 @@ def check_same_configuration(out: Path, provenance: Dict[str, Any], plan_hash: s
         return
     old_spec = (plan.get("provenance") or {}).get("spec") or {}
     diffs = spec_differences(old_spec, provenance.get("spec") or {})
-    what = "; ".join(diffs) if diffs else "its work units differ (model arguments, data or sample set)"
+    _refuse(out, "; ".join(diffs) if diffs else "its work units differ (model arguments, data or sample set)")
+
+
+def check_spec_fits_folder(out: Path, spec: Dict[str, Any]) -> None:
+    """The same rule from the settings alone, before any model is loaded: a command that runs several folders
+    (``reproduce``: one per row) refuses at the start instead of after its first rows. Settings that name a
+    place but not the weights (``checkpoint_dir``) are left out; the runner's plan check stays the final word."""
+    plan = read_json(out / "plan.json")
+    old_spec = ((plan or {}).get("provenance") or {}).get("spec")
+    if not old_spec:
+        return
+    diffs = [d for d in spec_differences(old_spec, spec) if not d.startswith("checkpoint_dir:")]
+    if diffs:
+        _refuse(out, "; ".join(diffs))
+
+
+def _refuse(out: Path, what: str) -> None:
     raise UserError(f"{out} holds a run of another configuration ({what}). One run folder holds one "
                     f"configuration: to keep that run, pass another --out (out=) for this one; to resume or extend "
                     f"it, re-run its own command (its settings are in {out / 'run.json'}); to replace it, delete "

@@ -21,6 +21,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from ..errors import UserError
 from ..results.run_files import now, read_json, write_json
+from .one_config import check_spec_fits_folder
 from ..results.study_table import ENTRY_FILE, STUDY_FILE, drop_study_table, is_study_folder, write_study_table
 from ..specs import RunSpec
 from ..study import Column, Row, Study, attack_settings, load_study
@@ -192,6 +193,8 @@ def reproduce(plan: StudyPlan, **opts: Any) -> Optional[str]:
     prepare_folder(plan, opts.get("checkpoint"))
     rows = [r for r in plan.rows if r.name not in plan.missing]
     specs = [(r, row_spec(plan, r, **dict(opts))) for r in rows]  # every row's settings checked before any work
+    for r, spec in specs:  # one configuration per row folder, refused before any row runs (one_config.py)
+        check_spec_fits_folder(spec.out, spec.as_dict())
     drop_study_table(plan.out)  # stale from here on; written again below once every row is complete
     for i, (r, spec) in enumerate(specs):
         if not spec.quiet:
