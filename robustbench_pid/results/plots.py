@@ -1,4 +1,5 @@
-"""Plots (matplotlib): accuracy against eps, per-corruption CE bars, rank-collapse curves.
+"""Plots (matplotlib): accuracy against eps, accuracy against attack cost, per-corruption CE bars, rank-collapse
+curves.
 
 Each plot is a function taking results (a path, tidy DataFrame or records) and returning a
 ``matplotlib.figure.Figure`` (or ``None`` when the results hold nothing for it), so a notebook can
@@ -220,12 +221,54 @@ def draw_rank_collapse(df: Any, path: Union[str, Path], title: Optional[str] = N
     return path
 
 
+def plot_accuracy_vs_cost(data: Any, ce_baseline: Optional[str] = None):
+    """Robust top-1 against the attack's cost (forward + backward passes per attacked sample, the
+    ``passes_*`` rows of the evidence telemetry) for the iterative attacks: one panel per eps, one line per
+    model and attack through its settings (PGD-10, PGD-20, ...), so "more steps, lower accuracy" shows
+    whether the reported number has converged. One-pass attacks (FGSM, noise) are left out."""
+    df = as_inputs(data, ce_baseline=ce_baseline).results
+    df = df[(df["benchmark"] == "adversarial") & (df["attack"] != "clean")]
+    keys = ["label", "attack", "eps_key", "settings_id"]
+    cost = df[df["metric"].isin(["passes_forward", "passes_backward"])].groupby(keys)["value"].sum()
+    acc = df[df["metric"] == "top1"].set_index(keys)
+    both = acc.join(cost.rename("passes"), how="inner").reset_index()
+    both = both[both["passes"] > 3]  # iterative: more than one forward + one backward + the verdict
+    if both.empty:
+        return None
+    panels = sorted(both["eps_key"].unique())
+    ncol = min(3, len(panels))
+    nrow = int(np.ceil(len(panels) / ncol))
+    fig = _figure(4.2 * ncol, 3.3 * nrow)
+    axes = fig.subplots(nrow, ncol, squeeze=False).ravel()
+    for ax, eps_key in zip(axes, panels):
+        sub = both[both["eps_key"] == eps_key]
+        for i, ((label, attack), s) in enumerate(sub.groupby(["label", "attack"], sort=True)):
+            s = s.sort_values("passes")
+            ax.errorbar(s["passes"], s["value"], yerr=[s["value"] - s["ci_low"], s["ci_high"] - s["value"]],
+                        marker="o", ms=3.5, capsize=2, color=f"C{i % 10}", label=f"{label} · {attack}")
+        first = sub.iloc[0]
+        linf = norm_of(sub, str(first["attack"])) == "linf"
+        ax.set_title(f"eps {first['eps'] * 255:g}/255" if linf else f"eps {first['eps']:g}")
+        ax.set_xlabel("passes per attacked sample (forward + backward)")
+        ax.set_ylabel("robust top-1 accuracy (%)")
+        ax.set_ylim(-2, 102)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    for ax in axes[len(panels):]:
+        ax.set_visible(False)
+    fig.suptitle("Robust accuracy against attack cost" + ("\n" if ncol == 1 else " ") +
+                 "(bars: 95% Wilson interval)", fontsize=10)
+    return fig
+
+
 PLOTS: Dict[str, Callable[[Any], Any]] = {
     "eps_curves_top1": lambda d: plot_eps_curves(d, "top1"),
     "eps_curves_top5": lambda d: plot_eps_curves(d, "top5"),
     "corruption_errors": plot_corruption_errors,
+    "accuracy_vs_cost": plot_accuracy_vs_cost,
 }
 SKIP_REASONS = {"eps_curves_top1": "no attack rows", "eps_curves_top5": "no attack rows",
+                "accuracy_vs_cost": "no iterative attack with pass counts (runs before the evidence telemetry)",
                 "corruption_errors": "no per-corruption rows (evaluate --benchmark corruptions)"}
 
 
