@@ -124,10 +124,16 @@ def _unknown(d: Dict[str, Any], valid: set, where: str) -> None:
         raise UserError(f"{where}: unknown key(s) {', '.join(map(repr, bad))}; valid: {', '.join(sorted(valid))}")
 
 
-def _columns(data: Dict[str, Any], path: Path) -> List[Column]:
-    entries = data.get("column")
+def _tables(data: Dict[str, Any], key: str, path: Path, needs: str) -> List[Dict[str, Any]]:
+    """The ``[[key]]`` array of tables, refused when absent, empty or holding anything but tables."""
+    entries = data.get(key)
     if not isinstance(entries, list) or not entries or not all(isinstance(e, dict) for e in entries):
-        raise UserError(f"{path}: key 'column': needs at least one [[column]] table (name, model)")
+        raise UserError(f"{path}: key '{key}': needs at least one [[{key}]] table ({needs})")
+    return entries
+
+
+def _columns(data: Dict[str, Any], path: Path) -> List[Column]:
+    entries = _tables(data, "column", path, "name, model")
     cols: List[Column] = []
     for i, e in enumerate(entries):
         where = f"{path} [[column]] #{i + 1}"
@@ -171,9 +177,7 @@ def _published(e: Dict[str, Any], metrics: List[str], cols: List[Column], where:
 
 
 def _rows(data: Dict[str, Any], path: Path, cols: List[Column]) -> List[Row]:
-    entries = data.get("row")
-    if not isinstance(entries, list) or not entries or not all(isinstance(e, dict) for e in entries):
-        raise UserError(f"{path}: key 'row': needs at least one [[row]] table (name, label, dataset, metrics)")
+    entries = _tables(data, "row", path, "name, label, dataset, metrics")
     rows: List[Row] = []
     for i, e in enumerate(entries):
         where = f"{path} [[row]] #{i + 1}"

@@ -32,6 +32,28 @@ def _figure(width: float, height: float, dpi: int = 100):
     return fig
 
 
+def _panel_grid(n: int):
+    """A figure of ``n`` panels, three to a row: (figure, axes, columns)."""
+    ncol = min(3, n)
+    fig = _figure(4.2 * ncol, 3.3 * int(np.ceil(n / ncol)))
+    return fig, fig.subplots(int(np.ceil(n / ncol)), ncol, squeeze=False).ravel(), ncol
+
+
+def _finish_panels(fig: Any, axes: Any, n: int, ncol: int, title: str, note: str) -> None:
+    """Hide the unused panels; the title on two lines when one 4.2-in panel would clip it at both ends."""
+    for ax in axes[n:]:
+        ax.set_visible(False)
+    fig.suptitle(title + ("\n" if ncol == 1 else " ") + note, fontsize=10)
+
+
+def _accuracy_axes(ax: Any, xlabel: str, ylabel: str) -> None:
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_ylim(-2, 102)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+
+
 def plot_eps_curves(data: Any, metric: str = "top1", attacks: Optional[Sequence[str]] = None,
                     dataset: Optional[str] = None, protocol: Optional[str] = None,
                     models: Optional[Sequence[str]] = None, ce_baseline: Optional[str] = None):
@@ -65,10 +87,7 @@ def plot_eps_curves(data: Any, metric: str = "top1", attacks: Optional[Sequence[
     many_proto = len({k[2] for k in panels}) > 1
     order = list(models) if models else sorted(df["label"].unique())
     colors = {m: f"C{i % 10}" for i, m in enumerate(order)}
-    ncol = min(3, len(panels))
-    nrow = int(np.ceil(len(panels) / ncol))
-    fig = _figure(4.2 * ncol, 3.3 * nrow)
-    axes = fig.subplots(nrow, ncol, squeeze=False).ravel()
+    fig, axes, ncol = _panel_grid(len(panels))
     for ax, (attack, ds, proto) in zip(axes, panels):
         sub = att[(att["attack"] == attack) & (att["dataset"] == ds) & (att["protocol"] == proto)]
         clean = df[(df["attack"] == "clean") & (df["dataset"] == ds) & (df["protocol"] == proto)]
@@ -95,16 +114,8 @@ def plot_eps_curves(data: Any, metric: str = "top1", attacks: Optional[Sequence[
         extra = [ds] if many_ds else []
         extra += [proto] if many_proto else []
         ax.set_title(title + (f" ({', '.join(extra)})" if extra else ""))
-        ax.set_xlabel("eps (x/255)" if linf else "eps")
-        ax.set_ylabel(f"{'top-1' if metric == 'top1' else 'top-5'} accuracy (%)")
-        ax.set_ylim(-2, 102)
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-    for ax in axes[len(panels):]:
-        ax.set_visible(False)
-    # one panel is 4.2 in wide: the title goes on two lines there, or it is clipped at both ends
-    fig.suptitle("Accuracy against perturbation size" + ("\n" if ncol == 1 else " ") +
-                 "(shaded: 95% Wilson interval)", fontsize=10)
+        _accuracy_axes(ax, "eps (x/255)" if linf else "eps", f"{'top-1' if metric == 'top1' else 'top-5'} accuracy (%)")
+    _finish_panels(fig, axes, len(panels), ncol, "Accuracy against perturbation size", "(shaded: 95% Wilson interval)")
     return fig
 
 
@@ -236,10 +247,7 @@ def plot_accuracy_vs_cost(data: Any, ce_baseline: Optional[str] = None):
     if both.empty:
         return None
     panels = sorted(both["eps_key"].unique())
-    ncol = min(3, len(panels))
-    nrow = int(np.ceil(len(panels) / ncol))
-    fig = _figure(4.2 * ncol, 3.3 * nrow)
-    axes = fig.subplots(nrow, ncol, squeeze=False).ravel()
+    fig, axes, ncol = _panel_grid(len(panels))
     for ax, eps_key in zip(axes, panels):
         sub = both[both["eps_key"] == eps_key]
         for i, ((label, attack), s) in enumerate(sub.groupby(["label", "attack"], sort=True)):
@@ -249,15 +257,8 @@ def plot_accuracy_vs_cost(data: Any, ce_baseline: Optional[str] = None):
         first = sub.iloc[0]
         linf = norm_of(sub, str(first["attack"])) == "linf"
         ax.set_title(f"eps {first['eps'] * 255:g}/255" if linf else f"eps {first['eps']:g}")
-        ax.set_xlabel("passes per attacked sample (forward + backward)")
-        ax.set_ylabel("robust top-1 accuracy (%)")
-        ax.set_ylim(-2, 102)
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-    for ax in axes[len(panels):]:
-        ax.set_visible(False)
-    fig.suptitle("Robust accuracy against attack cost" + ("\n" if ncol == 1 else " ") +
-                 "(bars: 95% Wilson interval)", fontsize=10)
+        _accuracy_axes(ax, "passes per attacked sample (forward + backward)", "robust top-1 accuracy (%)")
+    _finish_panels(fig, axes, len(panels), ncol, "Robust accuracy against attack cost", "(bars: 95% Wilson interval)")
     return fig
 
 
