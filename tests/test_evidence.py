@@ -225,3 +225,18 @@ def test_cli_prints_the_matrix_and_the_report_shows_it(tmp_path):
     assert "n/a" in text and "no loss trace" in text and "surrogate" in text
     page = build_report(out)
     assert "Evidence that each attack worked" in page and "unconstrained" in page and "n/a" in page
+
+
+def test_collecting_evidence_never_changes_a_verdict(tmp_path):
+    """--indicators and --trace only add conditions and columns: every condition both runs share has the same
+    per-sample predictions and verdicts (the attack draws the same random starts; the noise check and the
+    unconstrained run come after it in the unit's RNG stream, or in units of their own)."""
+    base = dict(attack="pgd", eps=["2/255", "4/255"], steps=5, limit=24, chunk_size=12)
+    rbp.evaluate("pid_deit", out=tmp_path / "plain", **base)
+    rbp.evaluate("pid_deit", out=tmp_path / "evidence", indicators=True, trace=True, **base)
+    key = ["attack", "eps", "sample_id"]
+    cols = ["clean_pred", "pred", "correct_top1", "correct_top5", "attacked", "pert_linf", "passes_forward"]
+    plain = pd.read_parquet(tmp_path / "plain" / "records.parquet").set_index(key)[cols].sort_index()
+    ev = pd.read_parquet(tmp_path / "evidence" / "records.parquet").set_index(key)[cols].sort_index()
+    assert len(ev) > len(plain)  # the unconstrained conditions
+    pd.testing.assert_frame_equal(ev.loc[plain.index], plain, check_exact=True)
