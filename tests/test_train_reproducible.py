@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
 import sys
 from pathlib import Path
@@ -42,14 +41,20 @@ def test_thread_count_is_part_of_the_recipe(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_full_recipe_gives_the_documented_clean_accuracy(tmp_path: Path) -> None:
-    """README and the manifest quote today's full-recipe pid_deit at 98.61% clean top-1 (the shipped file, trained
-    before the recipe was pinned, has 99.72%): a fresh training checks the quoted number (minutes: slow)."""
+def test_full_recipe_retrains_other_weights_and_records_their_accuracy(tmp_path: Path) -> None:
+    """Today's pinned recipe gives other weights than the shipped pid_deit (trained before it was pinned), and the
+    clean top-1 its manifest entry records is the accuracy of the file it wrote (evaluated here independently).
+    The figure itself depends on the CPU type and library versions, so no document quotes one (minutes: slow)."""
+    from robustbench_pid import load_dataset, load_model
+
     entry = train("pid_deit", Recipe(), tmp_path, log=lambda *_: None)
-    quoted = re.search(r"`pid_deit`: ([\d.]+)% clean top-1 instead of the shipped ([\d.]+)%",
-                       (ROOT / "README.md").read_text())
-    assert quoted, "README no longer quotes the retrained accuracy: update this test"
-    assert f"{100 * entry['clean_test_top1']:.2f}" == quoted.group(1)
-    manifest = json.loads((ROOT / "checkpoints" / "manifest.json").read_text())
-    assert f"{100 * manifest['pid_deit_digits']['clean_test_top1']:.2f}" == quoted.group(2)
-    assert f"pid_deit: {quoted.group(1)}% clean top-1" in manifest["pid_deit_digits"]["reproducibility"]
+    shipped = json.loads((ROOT / "checkpoints" / "manifest.json").read_text())["pid_deit_digits"]
+    assert entry["sha256"] != shipped["sha256"]
+    model = load_model("pid_deit", str(tmp_path / "pid_deit_digits.safetensors"))
+    ds = load_dataset("digits", "test")
+    x = torch.stack([ds[i][0] for i in range(len(ds))])
+    y = torch.tensor([int(ds[i][1]) for i in range(len(ds))])
+    with torch.inference_mode():
+        top1 = (model(x).argmax(1) == y).double().mean().item()
+    assert abs(top1 - entry["clean_test_top1"]) < 1e-6
+    assert "98.61" not in (ROOT / "README.md").read_text()  # no machine-dependent retrain figure quoted as fact
