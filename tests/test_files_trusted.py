@@ -443,3 +443,15 @@ def test_the_shipped_checkpoints_clean_accuracy_is_the_reference_runs_and_the_do
         assert f"sha256 {entry['sha256'][:12]}  {100 * entry['clean_test_top1']:.2f}% clean test top-1" in models_md
     shipped = 100 * read_manifest()["pid_deit_digits"]["clean_test_top1"]
     assert f"differs from the shipped files' (`pid_deit`: {shipped:.2f}%)" in readme
+
+
+def test_a_condition_listed_twice_is_no_difference_between_configurations() -> None:
+    """The plan evaluates a repeated condition once, so the refusal names only what really differs."""
+    from robustbench_pid.run.one_config import spec_differences
+
+    pgd = {"attack": "pgd", "params": {"eps": 4 / 255, "steps": 20}}
+    twice = {"seed": 0, "attacks": [pgd, dict(pgd)]}
+    assert spec_differences(twice, {"seed": 0, "attacks": [pgd]}) == []
+    assert spec_differences(twice, {"seed": 1, "attacks": [pgd]}) == ["seed: 0 -> 1"]
+    other = {"attack": "pgd", "params": {"eps": 2 / 255, "steps": 20}}
+    assert spec_differences(twice, {"seed": 0, "attacks": [other]}) == ["attacks/eps: pgd 4/255 -> pgd 2/255"]

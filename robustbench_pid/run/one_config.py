@@ -25,8 +25,19 @@ def _show(v: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
+def _unique(items: List[Any]) -> List[Any]:
+    """Conditions listed twice are evaluated once (the plan de-duplicates them), so they do not differ."""
+    seen, out = set(), []
+    for item in items:
+        key = json.dumps(item, sort_keys=True, default=str)
+        if key not in seen:
+            seen.add(key)
+            out.append(item)
+    return out
+
+
 def _eps_list(spec: Dict[str, Any]) -> List[Any]:
-    return [(a.get("attack"), (a.get("params") or {}).get("eps")) for a in spec.get("attacks") or []]
+    return _unique([(a.get("attack"), (a.get("params") or {}).get("eps")) for a in spec.get("attacks") or []])
 
 
 def spec_differences(old: Dict[str, Any], new: Dict[str, Any]) -> List[str]:
@@ -34,6 +45,8 @@ def spec_differences(old: Dict[str, Any], new: Dict[str, Any]) -> List[str]:
     out = []
     for k in sorted(set(old) | set(new)):
         if k in RUNTIME_KEYS or old.get(k) == new.get(k):
+            continue
+        if k == "attacks" and _unique(old.get(k) or []) == _unique(new.get(k) or []):
             continue
         if k == "attacks" and _eps_list(old) != _eps_list(new):
             from ..labels import eps_text
