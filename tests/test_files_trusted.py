@@ -455,3 +455,30 @@ def test_a_condition_listed_twice_is_no_difference_between_configurations() -> N
     assert spec_differences(twice, {"seed": 1, "attacks": [pgd]}) == ["seed: 0 -> 1"]
     other = {"attack": "pgd", "params": {"eps": 2 / 255, "steps": 20}}
     assert spec_differences(twice, {"seed": 0, "attacks": [other]}) == ["attacks/eps: pgd 4/255 -> pgd 2/255"]
+
+
+def test_attention_and_trace_files_are_checksummed_and_verified(tmp_path, capsys) -> None:
+    """--analyze attention and --trace write more files a reader trusts: their sha256 goes into run.json beside
+    records.parquet's, load_attention refuses a changed attention.parquet, and merge rebuilds both."""
+    import robustbench_pid as rbp
+    from robustbench_pid.cli import main
+    from robustbench_pid.errors import UserError
+    from robustbench_pid.results.attention import load_attention
+    from robustbench_pid.results.verify import verify_run_files
+
+    run = tmp_path / "r"
+    rbp.evaluate("pid_deit", attack="pgd", eps="4/255", steps=2, limit=8, out=run, analyze="attention", trace=True)
+    recorded = json.loads((run / "run.json").read_text())["files_sha256"]
+    assert {"records.parquet", "summary.csv", "attention.parquet", "trace.parquet"} <= set(recorded)
+    before = {n: (run / n).read_bytes() for n in ("attention.parquet", "trace.parquet")}
+    for name in before:  # one flipped bit in each, one at a time: each is named
+        data = bytearray(before[name])
+        data[len(data) // 2] ^= 1
+        (run / name).write_bytes(bytes(data))
+        with pytest.raises(UserError, match=rf"{name} does not match the sha256 recorded in run.json"):
+            load_attention(run)
+        with pytest.raises(UserError, match=rf"{name} does not match"):
+            verify_run_files(run)
+    assert main(["merge", str(run)]) == 0
+    assert {n: (run / n).read_bytes() for n in before} == before
+    assert len(load_attention(run))

@@ -26,6 +26,7 @@ from ..errors import UserError
 from .metrics import Z95
 from .stats import paired_bootstrap
 from .store import load_runs
+from .verify import verify_run_files
 
 FILE = "attention.parquet"
 # metric -> (what it is, the paper claim it tests)
@@ -48,6 +49,12 @@ METRICS: Dict[str, tuple] = {
 GROUP = ["run_id", "model", "attack", "eps", "settings_id", "layer", "metric"]
 
 
+def _read(run_dir: Path) -> pd.DataFrame:
+    """A run's attention.parquet, checked against the sha256 finalize recorded in its run.json."""
+    verify_run_files(run_dir, names=(FILE,))
+    return pd.read_parquet(run_dir / FILE)
+
+
 def load_attention(path: Union[str, Path, Sequence[Union[str, Path]]]) -> pd.DataFrame:
     """The ``attention.parquet`` rows of one run folder or of every complete run under a folder
     (several paths: all of them). A run folder named itself without the file is an error naming the
@@ -59,7 +66,7 @@ def load_attention(path: Union[str, Path, Sequence[Union[str, Path]]]) -> pd.Dat
         for run in loaded.runs:
             f = Path(run["path"]) / FILE
             if f.is_file():
-                frames.append(pd.read_parquet(f))
+                frames.append(_read(Path(run["path"])))
             elif Path(run["path"]) == Path(p):
                 raise UserError(f"{p} has no {FILE}: re-run its evaluate command with --analyze attention "
                                 f"(the same --out: the analysis is part of the unit keys, so it computes anew)")
@@ -72,8 +79,7 @@ def load_attention(path: Union[str, Path, Sequence[Union[str, Path]]]) -> pd.Dat
 
 def attention_of_runs(runs: Sequence[Dict[str, Any]]) -> Optional[pd.DataFrame]:
     """The attention rows of already-loaded runs (``Inputs.runs``: run.json + ``path``), None if none has them."""
-    frames = [pd.read_parquet(Path(r["path"]) / FILE) for r in runs
-              if r.get("path") and (Path(r["path"]) / FILE).is_file()]
+    frames = [_read(Path(r["path"])) for r in runs if r.get("path") and (Path(r["path"]) / FILE).is_file()]
     return pd.concat(frames, ignore_index=True) if frames else None
 
 

@@ -18,7 +18,7 @@ import pandas as pd
 from .conditions import add_identity
 from ..errors import UserError
 from .integrity import BAD_META, MISMATCH, UNVERIFIED, raise_bad_unit, read_unit_bytes, sha256_bytes, warn_unverified
-from .verify import FILES_KEY
+from .verify import EXTRA_FILES, FILES_KEY
 from .units import unit_from_dict, unit_label
 from .store import summarize
 from .sidecars import merge_sidecars
@@ -170,7 +170,8 @@ def finalize_run(out: Path, expected_plan: Optional[str] = None) -> pd.DataFrame
             "compute_seconds": round(sum(float(m.get("seconds", 0)) for m in metas), 2),
             "n_records": len(records), "units_unverified": unverified, "shards": shards, "finished": now(),
             # what every reader verifies before trusting them (verify.py)
-            FILES_KEY: {"records.parquet": records_sha, "summary.csv": sha256_bytes(summary_bytes)},
+            FILES_KEY: {"records.parquet": records_sha, "summary.csv": sha256_bytes(summary_bytes),
+                        **{n: sha256_bytes((out / n).read_bytes()) for n in EXTRA_FILES if (out / n).is_file()}},
             "finalized_by": {"host": HOST, "pid": os.getpid()}})
     return summary
 

@@ -35,6 +35,7 @@ def trace_frame(records: pd.DataFrame) -> pd.DataFrame:
 def split_trace(records: pd.DataFrame, out: Path) -> pd.DataFrame:
     """``records`` without the trace column; the trace (if any) written to ``out/trace.parquet``."""
     if TRACE_COLUMN not in records.columns:
+        (Path(out) / TRACE_FILE).unlink(missing_ok=True)  # none of an earlier finalize left behind
         return records
     write_parquet_atomic(trace_frame(records), Path(out) / TRACE_FILE)
     return records.drop(columns=[TRACE_COLUMN])

@@ -20,11 +20,13 @@ from ..errors import UserError
 from .integrity import sha256_bytes, warn
 
 FILES_KEY = "files_sha256"
-RUN_FILES = ("records.parquet", "summary.csv")
+# written by finalize when the run has them: --trace and --analyze attention
+EXTRA_FILES = ("trace.parquet", "attention.parquet")
+RUN_FILES = ("records.parquet", "summary.csv", *EXTRA_FILES)
 
 
 class RunFileChecksumError(UserError):
-    """A run's records.parquet or summary.csv is not what finalize wrote."""
+    """A run's records.parquet, summary.csv (or trace/attention file) is not what finalize wrote."""
 
 
 def _info(run_dir: Path) -> Optional[Dict[str, Any]]:
