@@ -70,8 +70,8 @@ def _both(kind: str) -> List[Path]:
 def paper_table(dirs: Sequence[Path], **kw) -> str:
     """``robustbench-pid table DIRS`` (paper layout), as markdown."""
     from robustbench_pid.results.inputs import load_inputs
-    from robustbench_pid.results.render import render
-    from robustbench_pid.results.tables import tables
+    from robustbench_pid.results.tables.render import render
+    from robustbench_pid.results.tables.layouts import tables
 
     return render(tables(load_inputs(list(dirs)), layout="paper", **kw), "markdown").rstrip("\n")
 
@@ -95,9 +95,9 @@ def _top1(dirs: Sequence[Path]):
 
 def sweep_table() -> str:
     """FGSM and PGD-20 top-1 over 1..6/255 for both models, with McNemar's exact test per eps."""
-    from robustbench_pid.labels import eps_text
-    from robustbench_pid.results.comparisons import compare_rows
-    from robustbench_pid.results.render import fmt_delta, fmt_p
+    from robustbench_pid.core.labels import eps_text
+    from robustbench_pid.results.tables.comparisons import compare_rows
+    from robustbench_pid.results.tables.render import fmt_delta, fmt_p
 
     inp, top1 = _top1(_both("fgsm-pgd"))
     lines = ["| eps | FGSM deit | FGSM pid_deit | Δ | p (McNemar) | PGD deit | PGD pid_deit | Δ | p (McNemar) |",
@@ -115,7 +115,7 @@ def sweep_table() -> str:
 
 def eps_sweep_table() -> str:
     """The eps-sweep suite in both protocols: top-1 per attack and eps, then PGD's top-5 line."""
-    from robustbench_pid.labels import eps_text
+    from robustbench_pid.core.labels import eps_text
 
     cols = [(m, p) for p in ("standard", "paper") for m in MODELS]
     _, top1 = _top1([RUNS_DIR / f"{m}-eps-sweep-{p}" for m, p in cols])
@@ -192,7 +192,7 @@ def corruption_table() -> str:
 def attack_rows(dirs: Sequence[Path], with_n: bool = False) -> str:
     """One line per condition of ``dirs`` (clean first, then in the order run, the worst case last):
     the setting's short name, eps, (n,) top-1 and top-5 of each model; SPSA's top-5 gets a ``*``."""
-    from robustbench_pid.labels import eps_text
+    from robustbench_pid.core.labels import eps_text
 
     from robustbench_pid.results.inputs import load_inputs
 
@@ -236,7 +236,7 @@ def diagnostics_line() -> str:
     """What ``diagnose`` says about every reference run (the findings of each, or that there are none)."""
     import pandas as pd
 
-    from robustbench_pid.results.diagnostics import diagnose
+    from robustbench_pid.results.report.diagnostics import diagnose
 
     found = []
     for d in sorted(RUNS_DIR.iterdir()):

@@ -10,26 +10,26 @@ import importlib as _importlib
 from typing import Any as _Any
 from typing import List as _List
 
-from .version import __version__
+from .core.version import __version__
 
 # public name -> the module that defines it
 _LAZY = {
     "load_model": "models",
     "load_dataset": "data",
     "load_records": "results.store",
-    "load_attention": "results.attention",
+    "load_attention": "results.report.attention",
     "load_results": "results.store",
     "evaluate": "api",
     "attack": "api",
-    "table": "results.tables",
-    "compare_models": "results.comparisons",
-    "plot_eps_curves": "results.plots",
-    "plot_corruption_errors": "results.plots",
-    "plot_rank_collapse": "results.plots",
-    "write_plots": "results.plots",
-    "write_report": "results.report",
-    "check": "results.check",
-    "DiagnosticWarning": "results.diagnostics",
+    "table": "results.tables.layouts",
+    "compare_models": "results.tables.comparisons",
+    "plot_eps_curves": "results.report.plots",
+    "plot_corruption_errors": "results.report.plots",
+    "plot_rank_collapse": "results.report.plots",
+    "write_plots": "results.report.plots",
+    "write_report": "studies.report",
+    "check": "results.ci.check",
+    "DiagnosticWarning": "results.report.diagnostics",
 }
 
 __all__ = ["__version__", *_LAZY]

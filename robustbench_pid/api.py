@@ -117,7 +117,7 @@ def evaluate(model: ModelLike, attack: Union[None, str, Sequence[str]] = None, e
     df = load_results(out)
     df.attrs["run_dir"] = os.path.abspath(out)  # still valid if the notebook changes directory
     if spec.benchmark == "adversarial":
-        from .results.diagnostics import attach_diagnostics
+        from .results.report.diagnostics import attach_diagnostics
         from .results.store import load_records
 
         attach_diagnostics(df, load_records(out), warn=warn_findings)
@@ -142,7 +142,7 @@ def attack(model: ModelLike, x: torch.Tensor, y: torch.Tensor, name: str, eps: O
 
     from .attacks import make_attack
     from .benchmarks.adversarial import attack_batches, protocol_params
-    from .device import check_precision, pick_device
+    from .runtime.device import check_precision, pick_device
     from .run.objects import complete_info, wrap_model
     from .run.context import Context, unit_rng, unit_seed
     from .run.input_checks import as_tensor, check_labels, check_layout, check_range
@@ -198,3 +198,4 @@ class _Tensors(torch.utils.data.Dataset):
 
     def __getitem__(self, i: int) -> Tuple[torch.Tensor, int]:
         return self.x[i], int(self.y[i])
+

@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
-from .checkpoints import checkpoints_dir, write_manifest_entry
+from .hub.checkpoints import checkpoints_dir, write_manifest_entry
 
 if TYPE_CHECKING:
     import torch
@@ -71,7 +71,7 @@ def _train(model: str, recipe: Recipe, out_dir: Optional[Path], log: Any) -> Dic
     import torch
     import torch.nn.functional as F
 
-    from .version import __version__
+    from .core.version import __version__
     from .data import load_dataset
     from .loaders import sha256_file
     from .models.zoo import build_model, resolve_model

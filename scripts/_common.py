@@ -1,4 +1,4 @@
-"""Timing helpers of the benchmark scripts: the package's own (``robustbench_pid.speed``), which
+"""Timing helpers of the benchmark scripts: the package's own (``robustbench_pid.run.speed``), which
 ``robustbench-pid doctor`` runs too, so a benchmark and doctor never measure with two copies.
 
 Ratios are measured side by side in one process: the candidates run interleaved (A B A B ...)
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from robustbench_pid.speed import forward, forward_backward, machine, sync, timed_interleaved  # noqa: F401
+from robustbench_pid.run.speed import forward, forward_backward, machine, sync, timed_interleaved  # noqa: F401
 
 
 def pick_device(name: str) -> torch.device:

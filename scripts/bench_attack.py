@@ -7,8 +7,8 @@ Prints, measured side by side on one batch:
   harness PGD / torchattacks PGD, same eps/step/steps/random start     target <= 1.0
   harness work unit (clean pass + PGD-k + verdict pass + records) / (k f+b + 2 forward)
 
-    python benchmarks/bench_attack.py --model digits            # the embedded PID DeiT, 32x32
-    python benchmarks/bench_attack.py --model imagenet --batch 8 # PID DeiT-tiny 224 (random weights)
+    python scripts/bench_attack.py --model digits            # the embedded PID DeiT, 32x32
+    python scripts/bench_attack.py --model imagenet --batch 8 # PID DeiT-tiny 224 (random weights)
 """
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ def build(kind: str, batch: int, device: torch.device):
         ds = load_dataset("digits", "test")
         x, y = ds.images[:batch].to(device), ds.labels[:batch].to(device)
         return model, x, y
-    from robustbench_pid.speed import random_model
+    from robustbench_pid.run.speed import random_model
 
     model = random_model("pid_deit_tiny_patch16_224", device)
     x = torch.rand(batch, 3, 224, 224, device=device)
@@ -64,7 +64,7 @@ def main() -> None:
     def run_h_es() -> None:
         harness_es(model, x, y, generator=torch.Generator(device=device).manual_seed(0))
 
-    from robustbench_pid.speed import pgd_calls
+    from robustbench_pid.run.speed import pgd_calls
 
     # k bare passes and the harness's PGD: the package's pair, the one `robustbench-pid doctor` times
     fns = {**pgd_calls(model, x, y, k, eps=a.eps), "harness PGD (early stop on)": run_h_es, "bare forward": bare_fwd}

@@ -14,8 +14,8 @@ attack; ``--compile`` times ``torch.compile`` of both models (``evaluate --compi
 PID's element-wise controller into the surrounding kernels. The last line gives the PID model's
 throughput as ``evaluate --dry-run --calibration FWD,FB`` takes it.
 
-    python benchmarks/bench_attention.py --batch 64                                # CPU
-    python benchmarks/bench_attention.py --batch 256 --precision bf16 --compile    # one GPU
+    python scripts/bench_attention.py --batch 64                                # CPU
+    python scripts/bench_attention.py --batch 256 --precision bf16 --compile    # one GPU
 """
 from __future__ import annotations
 
@@ -68,7 +68,7 @@ def main() -> None:
         with torch.inference_mode():
             pid(x, state=state())
 
-    from robustbench_pid.speed import calibration_pair, pass_rates, random_batch, random_model
+    from robustbench_pid.run.speed import calibration_pair, pass_rates, random_batch, random_model
 
     m_soft = random_model("deit_tiny_patch16_224", device)
     m_pid = random_model("pid_deit_tiny_patch16_224", device)
@@ -77,7 +77,7 @@ def main() -> None:
     img, target = random_batch(a.batch, device)
 
     t = timed_interleaved({"softmax layer": layer_soft, "PID layer": layer_pid}, device, reps=a.reps * 4)
-    # the whole models: robustbench_pid.speed.pass_rates, the measurement `robustbench-pid doctor` prints
+    # the whole models: robustbench_pid.run.speed.pass_rates, the measurement `robustbench-pid doctor` prints
     r = pass_rates({"DeiT-tiny": run_soft, "PID DeiT-tiny": run_pid}, img, target, a.precision, reps=a.reps)
     tm = {f"{k} fwd": v["fwd_s"] for k, v in r.items()}
     tb = {f"{k} f+b": v["fb_s"] for k, v in r.items()}

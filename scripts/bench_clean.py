@@ -7,8 +7,8 @@ The harness side is ``runner.run`` on a clean-only spec, minus the model/dataset
 (``prepare``, timed separately and reported), so it counts the DataLoader, the forward passes,
 building the per-sample records, the atomic unit writes and the finalize step.
 
-    python benchmarks/bench_clean.py --data digits                  # 360 embedded images, 32x32
-    python benchmarks/bench_clean.py --data synthetic224 --n 512    # DeiT-tiny 224, random weights
+    python scripts/bench_clean.py --data digits                  # 360 embedded images, 32x32
+    python scripts/bench_clean.py --data synthetic224 --n 512    # DeiT-tiny 224, random weights
 """
 from __future__ import annotations
 

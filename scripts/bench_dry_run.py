@@ -3,7 +3,7 @@ run for real into a fresh folder, side by side in one process of this script; th
 estimate, the measured unit compute time (run.json ``compute_seconds``), the whole command's wall
 time, and their ratios.
 
-    OMP_NUM_THREADS=2 python benchmarks/bench_dry_run.py
+    OMP_NUM_THREADS=2 python scripts/bench_dry_run.py
 """
 from __future__ import annotations
 

@@ -21,8 +21,8 @@ conditions; the plain loop decodes each image once and applies all 12 to each ba
 
     ratio = plain seconds / evaluate seconds  (throughput of evaluate relative to the plain loop; target >= 0.9)
 
-    python benchmarks/bench_e2e.py --n 32 --batch-size 16 --workers 1 --steps 3     # CPU smoke (reduced PGD)
-    python benchmarks/bench_e2e.py --n 5000 --batch-size 256 --workers 14           # one GPU, paper settings
+    python scripts/bench_e2e.py --n 32 --batch-size 16 --workers 1 --steps 3     # CPU smoke (reduced PGD)
+    python scripts/bench_e2e.py --n 5000 --batch-size 256 --workers 14           # one GPU, paper settings
 
 ``--plan-table1`` instead prints the planning figure of docs/scaling.md: the forward and
 forward+backward image-passes of PIDformer Table 1 (clean, FGSM and PGD at 1..6/255, SPSA, SLD,
@@ -120,8 +120,8 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
 
 # --------------------------------------------------------------------------- the tree and the checkpoint
 
-# the tree's generator lives in the package (robustbench_pid.jpeg_tree), shared with `robustbench-pid doctor`
-from robustbench_pid.jpeg_tree import SIZES, build_tree, make_image  # noqa: E402,F401
+# the tree's generator lives in the package (robustbench_pid.data.generators.jpeg_tree), shared with `robustbench-pid doctor`
+from robustbench_pid.data.generators.jpeg_tree import SIZES, build_tree, make_image  # noqa: E402,F401
 
 
 def tree_stats(root: Path) -> Tuple[int, float]:
@@ -131,7 +131,7 @@ def tree_stats(root: Path) -> Tuple[int, float]:
 
 def count_tree(root: Path) -> int:
     """Images in an existing tree; a clear error if it is not the class-folder layout."""
-    from robustbench_pid.imagenet_info import wnid_to_index
+    from robustbench_pid.core.imagenet_info import wnid_to_index
 
     w2i = wnid_to_index()
     dirs = [d for d in root.iterdir() if not d.name.startswith(".")]
@@ -163,7 +163,7 @@ def conditions(scenario: str, steps: int) -> List[Tuple[str, Dict[str, Any]]]:
         return []
     if scenario == "pgd":
         return [("pgd", {"eps": "3/255", "steps": steps})]
-    from robustbench_pid.speed import SWEEP_EPS
+    from robustbench_pid.run.speed import SWEEP_EPS
 
     return [("fgsm", {"eps": e}) for e in SWEEP_EPS] + [("pgd", {"eps": e, "steps": steps}) for e in SWEEP_EPS]
 
@@ -216,10 +216,10 @@ def plain_loop(cfg: Dict[str, Any], t_script: float) -> Dict[str, Any]:
     from torchvision import transforms as T
 
     from robustbench_pid.attacks import make_attack
-    from robustbench_pid.labels import parse_eps
+    from robustbench_pid.core.labels import parse_eps
     from robustbench_pid.benchmarks.adversarial import protocol_params
-    from robustbench_pid.device import attack_precision
-    from robustbench_pid.imagenet_info import wnid_to_index
+    from robustbench_pid.runtime.device import attack_precision
+    from robustbench_pid.core.imagenet_info import wnid_to_index
     from robustbench_pid.models.zoo import load_model
 
     t0 = time.perf_counter()
@@ -359,11 +359,11 @@ def main_timing(a: argparse.Namespace) -> None:
 
 def fb_over_forward(ckpt: Path, device_name: str, batch: int) -> float:
     """Time of a forward+backward-to-the-input pass over a forward pass, PID DeiT-tiny, measured
-    interleaved (``robustbench_pid.speed.pass_rates``, as doctor measures it; the dry run's
+    interleaved (``robustbench_pid.run.speed.pass_rates``, as doctor measures it; the dry run's
     calibration times them one after the other, which a busy machine skews)."""
     from _common import pick_device
     from robustbench_pid.models.zoo import load_model
-    from robustbench_pid.speed import pass_rates, random_batch
+    from robustbench_pid.run.speed import pass_rates, random_batch
 
     device = pick_device(device_name)
     model = load_model(MODEL, str(ckpt), "imagenet").to(device)
@@ -373,7 +373,7 @@ def fb_over_forward(ckpt: Path, device_name: str, batch: int) -> float:
 
 
 def main_plan(a: argparse.Namespace) -> None:
-    from robustbench_pid.speed import TABLE1_SUITE, table1_estimate
+    from robustbench_pid.run.speed import TABLE1_SUITE, table1_estimate
 
     tmp = Path(tempfile.mkdtemp(prefix="bench_e2e_plan_"))
     try:
@@ -412,7 +412,7 @@ def main_plan(a: argparse.Namespace) -> None:
         big = a.plan_images
         est = table1_estimate(fwd_rate, fb_rate, big)  # the package's estimate (doctor prints the same)
         if (round(est["fwd_passes"]), round(est["fb_passes"])) != (round(f_n), round(fb_n)):
-            fail(f"robustbench_pid.speed.table1_passes counts {est['fwd_passes']:.0f} + {est['fb_passes']:.0f} "
+            fail(f"robustbench_pid.run.speed.table1_passes counts {est['fwd_passes']:.0f} + {est['fb_passes']:.0f} "
                  f"passes per image, the dry run {f_n:.0f} + {fb_n:.0f}")
         total = est["seconds"]
         print(f"# dry run: {' '.join(cmd)} --dry-run")

@@ -5,7 +5,7 @@ run folder); and the PGD-20 attack call alone with the telemetry off, on, and tr
 median and the minimum of each and their ratios to the run without telemetry; the target is < 3%
 for the default (telemetry without --trace).
 
-    python benchmarks/bench_evidence.py [--model pid_deit] [--limit 128] [--reps 5]
+    python scripts/bench_evidence.py [--model pid_deit] [--limit 128] [--reps 5]
 """
 from __future__ import annotations
 
@@ -21,11 +21,11 @@ import robustbench_pid as rbp
 from robustbench_pid.attacks import telemetry
 
 from _common import machine
-from robustbench_pid.speed import interleaved_times
+from robustbench_pid.run.speed import interleaved_times
 
 
 def interleaved(fns, device: torch.device, reps: int):
-    """Every call's seconds, round-robin after one warm-up round (robustbench_pid.speed). Both the median and
+    """Every call's seconds, round-robin after one warm-up round (robustbench_pid.run.speed). Both the median and
     the minimum are reported: on a shared machine other work only ever adds time, so the minimum is the least
     disturbed figure and the median the typical one."""
     return interleaved_times(fns, device, reps, warmup=1)

@@ -20,8 +20,8 @@ Two measurements in one run:
 FAST is bf16 on CUDA. A CPU has no fast half precision (evaluate refuses it there), so on a CPU
 ``--fast fp32`` measures what compilation alone gives:
 
-    python benchmarks/bench_fast_path.py                         # one GPU: bf16
-    OMP_NUM_THREADS=2 python benchmarks/bench_fast_path.py --fast fp32 --batch 8 --reps 3   # CPU
+    python scripts/bench_fast_path.py                         # one GPU: bf16
+    OMP_NUM_THREADS=2 python scripts/bench_fast_path.py --fast fp32 --batch 8 --reps 3   # CPU
 """
 from __future__ import annotations
 
@@ -51,7 +51,7 @@ def main() -> None:
         raise SystemExit(f"error: --fast {fast} needs a CUDA device (evaluate refuses it on CPU); use --fast fp32")
     batch = a.batch or (256 if device.type == "cuda" else 8)
 
-    from robustbench_pid.speed import pgd_calls
+    from robustbench_pid.run.speed import pgd_calls
 
     model, x, y = build("imagenet", batch, device)
     compiled = torch.compile(model)

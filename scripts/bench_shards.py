@@ -5,7 +5,7 @@ threads as the single one. Also checks the two give identical per-sample records
 On a CPU machine each shard gets one core (OMP_NUM_THREADS=1); with GPUs pass --device cuda and
 each shard gets its own GPU (CUDA_VISIBLE_DEVICES), as torchrun would give it.
 
-    python benchmarks/bench_shards.py --limit 120 --steps 10
+    python scripts/bench_shards.py --limit 120 --steps 10
 """
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Start-up time of the command line: ``evaluate --help`` and ``robustbench-pid VERB --help`` as fresh
 processes (median of 3), next to ``python -c "import torch"`` for scale.
 
-    python benchmarks/bench_startup.py [--reps 3]
+    python scripts/bench_startup.py [--reps 3]
 
 Run it on an idle machine for figures to publish; other load on the CPU lengthens every line alike.
 """

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from robustbench_pid.results.diagnostics import (Finding, check_black_box, check_eps_monotone, check_large_eps,
+from robustbench_pid.results.report.diagnostics import (Finding, check_black_box, check_eps_monotone, check_large_eps,
                                          check_pgd_vs_fgsm, check_zero_gradients, diagnose, format_findings)
 
 IDS = dict(run_id="r", model="m", checkpoint_sha256="abc", dataset="digits", protocol="standard",

@@ -12,10 +12,10 @@ import pytest
 
 import robustbench_pid as rbp
 from robustbench_pid.errors import UserError
-from robustbench_pid.results.attention import (last_layer, load_attention, paired_attention, summarize_attention,
+from robustbench_pid.results.report.attention import (last_layer, load_attention, paired_attention, summarize_attention,
                                                with_shift_gain)
-from robustbench_pid.results.attention_report import attention_markdown, verdict
-from robustbench_pid.results.merge import finalize_run
+from robustbench_pid.results.report.attention_report import attention_markdown, verdict
+from robustbench_pid.results.files.merge import finalize_run
 from robustbench_pid.run.spec_builder import build_spec
 
 RUN = dict(attack="pgd", eps=["4/255", "8/255"], steps=3, limit=8, batch_size=8, quiet=True)

@@ -231,7 +231,7 @@ def test_finalize_never_complete_without_tables(at, base_run, tmp_path, capsys, 
 def _imagenet_o_tree(tmp_path: Path) -> List[str]:
     from test_imagenet_datasets import tree
 
-    from robustbench_pid.imagenet_info import subset_wnids
+    from robustbench_pid.core.imagenet_info import subset_wnids
 
     tree(tmp_path / "o", [subset_wnids("o")[0]], per=1)
     return ["--model", "timm:test_vit", "--dataset", "imagenet-o", "--data-root", str(tmp_path / "o")]
@@ -330,7 +330,7 @@ def test_unknown_bench_opt_refused_through_the_api(tmp_path):
 def test_skipped_images_in_terminal_summary_csv_and_report(tmp_path, capsys):
     from test_imagenet_datasets import WN, tree
 
-    from robustbench_pid.results.report import build_report
+    from robustbench_pid.results.report.html import build_report
 
     root = tree(tmp_path / "val", [WN[0], WN[1]], per=3, size=(40, 40))
     bad = root / WN[1] / "img_2.JPEG"

@@ -15,7 +15,7 @@ import torch
 
 import robustbench_pid as rbp
 from robustbench_pid.results.summaries.corruptions import corruption_rows
-from robustbench_pid.imagenet_info import CORRUPTIONS_15
+from robustbench_pid.core.imagenet_info import CORRUPTIONS_15
 
 BIN = Path(sys.executable).parent
 LIMIT = 4
@@ -130,7 +130,7 @@ def test_workers_give_identical_records(tmp_path):
 
 def test_worker_view_corrupts_exactly_like_the_in_process_path(digits_test):
     from robustbench_pid.benchmarks.corruptions import _CorruptedView
-    from robustbench_pid.corruptions import corrupt_batch, sample_seed
+    from robustbench_pid.data.generators.corruptions import corrupt_batch, sample_seed
 
     view = _CorruptedView(digits_test, seed=0)
     for name, sev in (("glass_blur", 5), ("fog", 1), ("impulse_noise", 3)):

@@ -9,8 +9,8 @@ import torch
 from sklearn.metrics import average_precision_score
 
 import robustbench_pid as rbp
-from robustbench_pid.imagenet_info import ALEXNET_MEAN_ERR, CORRUPTIONS_15, imagenet_wnids, subset_indices, subset_wnids
-from robustbench_pid.results.metrics import mean_corruption_error, relative_mean_corruption_error
+from robustbench_pid.core.imagenet_info import ALEXNET_MEAN_ERR, CORRUPTIONS_15, imagenet_wnids, subset_indices, subset_wnids
+from robustbench_pid.results.stats.metrics import mean_corruption_error, relative_mean_corruption_error
 from robustbench_pid.run.runner import run
 from robustbench_pid.specs import RunSpec
 

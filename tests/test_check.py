@@ -4,10 +4,10 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from robustbench_pid.results.baseline import read_baseline
-from robustbench_pid.results.check import check, update
+from robustbench_pid.results.ci.baseline import read_baseline
+from robustbench_pid.results.ci.check import check, update
 from robustbench_pid.cli import main
-from robustbench_pid.results.metrics import wilson_interval
+from robustbench_pid.results.stats.metrics import wilson_interval
 
 
 def _row(model, attack, eps, metric, k, n=360):

@@ -115,7 +115,7 @@ def test_digits_benchmarks_run_compiled(tmp_path, eager_backend) -> None:
 def test_imagenet_benchmarks_run_compiled(tmp_path, eager_backend) -> None:
     from safetensors.torch import save_file
 
-    from robustbench_pid.imagenet_info import imagenet_wnids, subset_wnids
+    from robustbench_pid.core.imagenet_info import imagenet_wnids, subset_wnids
     from robustbench_pid.models.zoo import build_model
     from test_imagenet_datasets import _imagenet_c_tree, tree
 

@@ -12,12 +12,12 @@ import pandas as pd
 import pytest
 
 from robustbench_pid.attacks import make_attack
-from robustbench_pid.results.check import check, update
+from robustbench_pid.results.ci.check import check, update
 from robustbench_pid.results.store import load_records, load_results
 from robustbench_pid.run.runner import run
 from robustbench_pid.specs import AttackSpec, RunSpec
-from robustbench_pid.results.render import render
-from robustbench_pid.results.tables import paper_tables
+from robustbench_pid.results.tables.render import render
+from robustbench_pid.results.tables.layouts import paper_tables
 
 PGD20 = "PGD-20 (step 2.5·eps/20, random start, early stop top-5)"
 PGD2 = "PGD-2 (step 2.5·eps/2, random start, early stop top-5)"
@@ -157,7 +157,7 @@ def test_cross_device_baseline_fails_only_on_significant_drops(runs, tmp_path):
 
 
 def test_report_names_each_setting(runs, tmp_path):
-    from robustbench_pid.results.report import write_report
+    from robustbench_pid.results.report.html import write_report
 
     out = write_report(list(runs.values()), tmp_path / "r.html")
     page = Path(out).read_text()

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from robustbench_pid import corruptions as C
+from robustbench_pid.data.generators import corruptions as C
 from robustbench_pid.errors import UserError
 
 # Pairs (corruption, lower severity) where the reference parameters themselves do not increase

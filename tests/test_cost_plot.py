@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 
 import robustbench_pid as rbp
-from robustbench_pid.results.plots import plot_accuracy_vs_cost, write_plots
+from robustbench_pid.results.report.plots import plot_accuracy_vs_cost, write_plots
 
 
 def test_pgd_steps_drawn_against_their_passes(tmp_path) -> None:

@@ -106,7 +106,7 @@ def test_auto_batch_size_on_gpu(tmp_path) -> None:
 
 @needs_cuda
 def test_local_rank_picks_the_gpu(monkeypatch) -> None:
-    from robustbench_pid.device import pick_device
+    from robustbench_pid.runtime.device import pick_device
     from robustbench_pid.errors import UserError
 
     n = torch.cuda.device_count()

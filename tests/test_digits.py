@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from robustbench_pid import load_dataset, load_model
-from robustbench_pid.checkpoints import checkpoints_dir, read_manifest
+from robustbench_pid.hub.checkpoints import checkpoints_dir, read_manifest
 from robustbench_pid.data.digits import split_indices
 from robustbench_pid.errors import CheckpointError, UserError
 
@@ -71,7 +71,7 @@ def test_tampered_checkpoint_is_refused(tmp_path: Path, monkeypatch: pytest.Monk
     data = bytearray(target.read_bytes())
     data[-1] ^= 0xFF
     target.write_bytes(bytes(data))
-    monkeypatch.setattr("robustbench_pid.checkpoints.shipped_dir", lambda name: tmp_path / "ck")
+    monkeypatch.setattr("robustbench_pid.hub.checkpoints.shipped_dir", lambda name: tmp_path / "ck")
     with pytest.raises(CheckpointError, match="sha256"):
         load_model("deit")
 

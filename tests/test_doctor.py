@@ -18,7 +18,7 @@ import pytest
 import torch
 
 import robustbench_pid.doctor as doctor
-from robustbench_pid import speed
+from robustbench_pid.run import speed
 from robustbench_pid.cli import main as cli_main
 from robustbench_pid.doctor import Settings, correctness, environment, speed_checks
 

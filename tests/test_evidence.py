@@ -16,10 +16,10 @@ import robustbench_pid as rbp
 from robustbench_pid.attacks import make_attack
 from robustbench_pid.attacks.base import aligned_draws
 from robustbench_pid.errors import UserError
-from robustbench_pid.results.check import compare, lower_is_better
-from robustbench_pid.results.evidence_rows import evidence_rows
-from robustbench_pid.results.evidence_text import format_evidence
-from robustbench_pid.results.indicators import INDICATORS, loss_trend, loss_variation, sample_flags
+from robustbench_pid.results.ci.check import compare, lower_is_better
+from robustbench_pid.results.report.evidence_rows import evidence_rows
+from robustbench_pid.results.report.evidence_text import format_evidence
+from robustbench_pid.results.report.indicators import INDICATORS, loss_trend, loss_variation, sample_flags
 from robustbench_pid.run.spec_builder import build_spec
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -213,7 +213,7 @@ def test_cli_prints_the_matrix_and_the_report_shows_it(tmp_path):
     import subprocess
     import sys
 
-    from robustbench_pid.results.report import build_report
+    from robustbench_pid.results.report.html import build_report
 
     out = tmp_path / "r"
     p = subprocess.run([sys.executable, "-m", "robustbench_pid", "evaluate", "--model", "pid_deit", "--attack", "fgsm",

@@ -15,12 +15,12 @@ import pandas as pd
 import pytest
 import torch
 
-import robustbench_pid.released as released
+import robustbench_pid.hub.released as released
 from robustbench_pid.cli import main
 from robustbench_pid.errors import CheckpointError
 from robustbench_pid.loaders import read_checkpoint
 from robustbench_pid.models import load_model
-from robustbench_pid.results.run_files import default_out
+from robustbench_pid.results.files.run_files import default_out
 from robustbench_pid.run.spec_builder import build_spec
 from zoo_helpers import randomized
 

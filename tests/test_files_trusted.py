@@ -148,7 +148,7 @@ def test_a_dataset_label_cannot_write_outside_results(tmp_path: Path, monkeypatc
 
 
 def test_safe_label() -> None:
-    from robustbench_pid.results.run_files import safe_label
+    from robustbench_pid.results.files.run_files import safe_label
 
     assert safe_label("x/../../escape") == "x-..-..-escape"
     assert safe_label("../up") == "-up"
@@ -231,7 +231,7 @@ def two_settings(base_run: Path, tmp_path_factory) -> List[Path]:
 
 def test_eps_curves_of_different_settings_are_separate_lines(two_settings: List[Path]) -> None:
     from robustbench_pid.results.inputs import load_inputs
-    from robustbench_pid.results.plots import plot_eps_curves
+    from robustbench_pid.results.report.plots import plot_eps_curves
 
     fig = plot_eps_curves(load_inputs(two_settings))
     pgd = next(ax for ax in fig.axes if ax.get_title() == "PGD")
@@ -242,7 +242,7 @@ def test_eps_curves_of_different_settings_are_separate_lines(two_settings: List[
 
 
 def test_the_worst_case_row_names_what_it_combines_and_shows_their_rows(base_run: Path) -> None:
-    from robustbench_pid.results.tables import paper_tables
+    from robustbench_pid.results.tables.layouts import paper_tables
 
     t = paper_tables(base_run, eps="pgd=2/255,fgsm=2/255")[0].frame
     attack_rows = [a for a in t["Attack"] if a]
@@ -324,7 +324,7 @@ def test_a_failed_report_write_leaves_no_tmp(base_run: Path, tmp_path: Path, mon
 
 # --- item 13: the plot title fits, README says what .ci/run does and where outputs go ------------------
 def test_the_single_panel_title_fits_in_the_figure(base_run: Path) -> None:
-    from robustbench_pid.results.plots import plot_eps_curves
+    from robustbench_pid.results.report.plots import plot_eps_curves
 
     fig = plot_eps_curves(base_run, attacks=["pgd"])
     assert len([ax for ax in fig.axes if ax.get_visible()]) == 1
@@ -430,7 +430,7 @@ def test_a_slice_of_the_reference_runs_reproduces_record_for_record(name: str, a
 def test_the_shipped_checkpoints_clean_accuracy_is_the_reference_runs_and_the_docs() -> None:
     """README and docs/models.md quote the manifest's clean top-1 of the shipped checkpoints; the
     reference runs measure it again (all 360 test images)."""
-    from robustbench_pid.checkpoints import read_manifest
+    from robustbench_pid.hub.checkpoints import read_manifest
 
     numbers = _numbers()
     readme = (ROOT / "README.md").read_text()
@@ -463,8 +463,8 @@ def test_attention_and_trace_files_are_checksummed_and_verified(tmp_path, capsys
     import robustbench_pid as rbp
     from robustbench_pid.cli import main
     from robustbench_pid.errors import UserError
-    from robustbench_pid.results.attention import load_attention
-    from robustbench_pid.results.verify import verify_run_files
+    from robustbench_pid.results.report.attention import load_attention
+    from robustbench_pid.results.files.verify import verify_run_files
 
     run = tmp_path / "r"
     rbp.evaluate("pid_deit", attack="pgd", eps="4/255", steps=2, limit=8, out=run, analyze="attention", trace=True)

@@ -10,8 +10,8 @@ import pandas as pd
 import pytest
 import torch
 
-from robustbench_pid.results.diagnostics import check_attack_moved, check_constant_predictions, diagnose
-from robustbench_pid.health import NonFiniteError, check_finite
+from robustbench_pid.results.report.diagnostics import check_attack_moved, check_constant_predictions, diagnose
+from robustbench_pid.runtime.health import NonFiniteError, check_finite
 from robustbench_pid.specs import Unit
 
 
@@ -60,7 +60,7 @@ def test_nan_stops_every_benchmark(benchmark, tmp_path):
     if benchmark == "restricted":
         from test_imagenet_datasets import tree
 
-        from robustbench_pid.imagenet_info import subset_wnids
+        from robustbench_pid.core.imagenet_info import subset_wnids
 
         tree(tmp_path / "r", subset_wnids("r")[:3], per=2, size=(24, 24))
         spec = RunSpec(model="timm:test_vit", checkpoint=_nan_ckpt(tmp_path, "timm:test_vit"), dataset="imagenet-r",

@@ -11,7 +11,7 @@ from PIL import Image
 from robustbench_pid import load_dataset
 from robustbench_pid.data.imagenet import IMAGENET_ROOT_ENV, choose_subset
 from robustbench_pid.errors import UserError
-from robustbench_pid.imagenet_info import CORRUPTIONS_15, imagenet_wnids, subset_indices, subset_wnids
+from robustbench_pid.core.imagenet_info import CORRUPTIONS_15, imagenet_wnids, subset_indices, subset_wnids
 
 DEIT_INFO = {"input_size": [3, 224, 224], "crop_pct": 0.875, "interpolation": "bicubic"}
 WN = imagenet_wnids()
@@ -253,7 +253,7 @@ def test_unreadable_image_in_a_worker_gives_the_one_line_message(tmp_path):
 
 
 def test_imagenet_root_env_is_only_the_option_default_and_is_in_the_spec_and_hash(tmp_path, monkeypatch):
-    from robustbench_pid.results.run_files import default_out
+    from robustbench_pid.results.files.run_files import default_out
     from robustbench_pid.run.spec_builder import build_spec
 
     def spec(dataset="imagenet-c", **kw):

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from robustbench_pid import imagenet_info as ii
+from robustbench_pid.core import imagenet_info as ii
 
 FACTS = Path("/work/shared/reference/imagenet_facts.json")
 SHA = {  # from /work/shared/reference/README.md

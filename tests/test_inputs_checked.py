@@ -19,7 +19,7 @@ from torch import nn
 import robustbench_pid as rbp
 from robustbench_pid.cli import evaluate_main, main
 from robustbench_pid.errors import UserError
-from robustbench_pid.results.diagnostics import DiagnosticWarning
+from robustbench_pid.results.report.diagnostics import DiagnosticWarning
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -345,7 +345,7 @@ def test_eps_shown_as_k_over_255(tmp_path, capsys):
 
 
 def test_eps_text_fractions():
-    from robustbench_pid.labels import eps_text
+    from robustbench_pid.core.labels import eps_text
 
     assert [eps_text(v, "linf") for v in (0.5 / 255, 1.5 / 255, 3 / 255, 0.3, 0.1, 0.03)] == [
         "0.5/255", "1.5/255", "3/255", "0.3", "0.1", "0.03"]

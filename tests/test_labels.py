@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from robustbench_pid.errors import UserError
-from robustbench_pid.labels import attack_title, eps_text, parse_eps
+from robustbench_pid.core.labels import attack_title, eps_text, parse_eps
 
 
 @pytest.mark.parametrize("eps,norm,text", [

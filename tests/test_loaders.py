@@ -355,7 +355,7 @@ def test_timm_unknown_names(empty_hub_cache: Path) -> None:
 
 def test_evaluate_cli_args_checkpoint_and_sha_in_every_record(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     """End to end: refused without --allow-pickle (exit 2, one line), loaded with it, sha256 in every row."""
-    from robustbench_pid.checkpoints import checkpoints_dir
+    from robustbench_pid.hub.checkpoints import checkpoints_dir
     from robustbench_pid.cli import evaluate_main
     from robustbench_pid.models.zoo import build_model
     from robustbench_pid.results.store import load_records

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 from sklearn.metrics import average_precision_score
 
-from robustbench_pid.imagenet_info import ALEXNET_MEAN_ERR, CORRUPTIONS_15
-from robustbench_pid.results.metrics import (corruption_errors, mean_corruption_error, ood_detection_metrics,
+from robustbench_pid.core.imagenet_info import ALEXNET_MEAN_ERR, CORRUPTIONS_15
+from robustbench_pid.results.stats.metrics import (corruption_errors, mean_corruption_error, ood_detection_metrics,
                                      relative_mean_corruption_error, wilson_interval)
 
 

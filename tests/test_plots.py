@@ -6,8 +6,8 @@ import pandas as pd
 import pytest
 
 from robustbench_pid.cli import main
-from robustbench_pid.results.metrics import wilson_interval
-from robustbench_pid.results.plots import plot_corruption_errors, plot_eps_curves, plot_rank_collapse, write_plots
+from robustbench_pid.results.stats.metrics import wilson_interval
+from robustbench_pid.results.report.plots import plot_corruption_errors, plot_eps_curves, plot_rank_collapse, write_plots
 
 
 def _acc(model, attack, eps, k, n=100, metric="top1"):

@@ -11,8 +11,8 @@ import torch
 from timm.models.vision_transformer import VisionTransformer
 
 import robustbench_pid  # noqa: F401
-from robustbench_pid.analysis import layer_cosines, pairwise_cosine, token_representations
-from robustbench_pid.results.plots import draw_rank_collapse
+from robustbench_pid.probes.rank_collapse import layer_cosines, pairwise_cosine, token_representations
+from robustbench_pid.results.report.plots import draw_rank_collapse
 from robustbench_pid.models.pid_vit import PidGains, PidVisionTransformer
 from robustbench_pid.models.wrapper import Normalized
 
@@ -174,7 +174,7 @@ def test_benchmark_records_and_tidy_rows(rc_runs, digits_test) -> None:
 
 
 def test_plot_several_models_on_one_figure(rc_runs, tmp_path: Path) -> None:
-    from robustbench_pid.analysis import main
+    from robustbench_pid.probes.rank_collapse import main
     from robustbench_pid.results.store import load_results
 
     df = pd.concat([load_results(p) for p in rc_runs.values()], ignore_index=True)

@@ -10,7 +10,7 @@ import pytest
 import robustbench_pid as rbp
 from robustbench_pid.cli import main
 from robustbench_pid.results.inputs import load_inputs
-from robustbench_pid.results.report import build_report
+from robustbench_pid.results.report.html import build_report
 
 
 @pytest.fixture(scope="module")
@@ -41,7 +41,7 @@ def test_report_shows_diagnostics_or_says_why(runs):
     page = build_report(load_inputs(runs))
     section = page.split("<h2>Gradient-masking diagnostics</h2>", 1)[1].split("<h2>", 1)[0]
     try:
-        import robustbench_pid.results.diagnostics  # noqa: F401
+        import robustbench_pid.results.report.diagnostics  # noqa: F401
     except ImportError:
         assert "not available in this version" in section
     else:

@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from robustbench_pid.cli import main
-from robustbench_pid.imagenet_info import CORRUPTIONS_15, subset_wnids
-from robustbench_pid.study import load_study
+from robustbench_pid.core.imagenet_info import CORRUPTIONS_15, subset_wnids
+from robustbench_pid.studies.spec import load_study
 
 from test_imagenet_datasets import tree  # noqa: E402
 
@@ -117,7 +117,7 @@ def test_missing_datasets_reported_at_the_start(data, tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "no row of study pidformer-table1 can run" in err
     assert str(tmp_path / "no" / "imagenet" / "val") in err and "imagenet-c" in err
-    from robustbench_pid.run.study import resolve_column
+    from robustbench_pid.studies.reproduce import resolve_column
 
     rpc = load_study("rpc-table1")  # rpc_symvit as it comes is the 6-iteration column; 4 and 5 need --as
     assert resolve_column(rpc, "rpc_symvit", None).name == "RPC-SymViT (6iter/layer1)"
@@ -126,7 +126,7 @@ def test_missing_datasets_reported_at_the_start(data, tmp_path, capsys):
 
 def test_dry_run_prices_every_row_and_writes_nothing(data, tmp_path, capsys):
     """The dry run's passes are the ones docs/studies.md prices (``row_passes`` x images)."""
-    from robustbench_pid.run.study_dryrun import row_passes
+    from robustbench_pid.studies.dryrun import row_passes
 
     out = tmp_path / "dry"
     assert main(_cmd(data, "pid_deit", out, "--dry-run", "--calibration", "7882,3941")) == 0
@@ -207,7 +207,7 @@ published."DeiT" = { params_m = 5.2, flops_per_sample = 1.0, sec_per_sample_test
 
 def test_imagenet_c_error_matrix_pairs_conditions_by_image():
     """ImageNet-C sample ids carry their condition ("fog/3/<wnid>/<file>"): the mCE bootstrap pairs by image."""
-    from robustbench_pid.results.comparisons import corruption_error_matrix
+    from robustbench_pid.results.tables.comparisons import corruption_error_matrix
 
     rows = [{"sample_id": f"{c}/{s}/n01/img_{i}.JPEG", "condition": f"{c}/{s}", "correct_top1": (i + s) % 2 == 0}
             for c in CORRUPTIONS_15 for s in range(1, 6) for i in range(3)]

@@ -17,7 +17,7 @@ import pandas as pd
 
 import robustbench_pid
 from robustbench_pid.cli import main
-from robustbench_pid.study import load_study
+from robustbench_pid.studies.spec import load_study
 
 from test_reproduce import TINY, data  # noqa: F401  (the module-scoped fixture: trees + checkpoints)
 

@@ -101,7 +101,7 @@ def test_old_records_get_the_metadata_derived(adv_run: Path, tmp_path: Path):
 def _kind_records() -> dict:
     """Records of every benchmark kind, with identity and metadata as the runner writes them."""
     from test_benchmarks_imagenet import _fake_corruption_records
-    from robustbench_pid.imagenet_info import CORRUPTIONS_15
+    from robustbench_pid.core.imagenet_info import CORRUPTIONS_15
 
     rng = np.random.default_rng(0)
     errs = {c: [0.1 * (s + 1) for s in range(5)] for c in CORRUPTIONS_15}
@@ -135,7 +135,7 @@ root = pathlib.Path(sys.argv[1])
 pkg = types.ModuleType("robustbench_pid")  # the package without its __init__ (which loads the models)
 pkg.__path__ = [str(root / "robustbench_pid")]
 sys.modules["robustbench_pid"] = pkg
-from robustbench_pid.results.diagnostics import diagnose
+from robustbench_pid.results.report.diagnostics import diagnose
 from robustbench_pid.results.store import summarize
 
 out = pathlib.Path(sys.argv[2])
@@ -150,7 +150,7 @@ print("\n".join(loaded))
 
 
 def test_summaries_of_every_benchmark_kind_never_import_torch(adv_run: Path, tmp_path: Path):
-    from robustbench_pid.results.diagnostics import diagnose
+    from robustbench_pid.results.report.diagnostics import diagnose
 
     kinds = {"adversarial": pd.read_parquet(adv_run / "records.parquet"), **_kind_records()}
     for name, rec in kinds.items():

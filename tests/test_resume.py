@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from robustbench_pid.run.claims import Claims
-from robustbench_pid.results.merge import IncompleteRun, merge
+from robustbench_pid.results.files.merge import IncompleteRun, merge
 from robustbench_pid.run.runner import run
 from robustbench_pid.specs import RunSpec
 

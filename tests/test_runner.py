@@ -17,7 +17,7 @@ import torch
 from robustbench_pid.cli import main as cli_main
 from robustbench_pid.errors import UserError
 from robustbench_pid.run.context import prepare
-from robustbench_pid.results.run_files import clean_stale_temps, write_parquet_atomic
+from robustbench_pid.results.files.run_files import clean_stale_temps, write_parquet_atomic
 from robustbench_pid.run.runner import run
 from robustbench_pid.specs import AttackSpec, RunSpec
 
@@ -92,7 +92,7 @@ def test_bad_calibration_is_one_clear_error(tmp_path: Path, capsys, extra, needl
 
 
 def test_calibration_is_not_part_of_the_run_folder_identity() -> None:
-    from robustbench_pid.results.run_files import default_out
+    from robustbench_pid.results.files.run_files import default_out
     from robustbench_pid.run.spec_builder import build_spec
 
     plain = build_spec("deit", attack="fgsm", dry_run=True)
@@ -244,7 +244,7 @@ def test_atomic_writes_and_stale_temp_cleanup(tmp_path: Path) -> None:
 
 def test_gpu_of_each_process(monkeypatch) -> None:
     """torchrun's LOCAL_RANK (or Slurm's SLURM_LOCALID) picks the process's GPU (CUDA faked)."""
-    from robustbench_pid import device as dev
+    from robustbench_pid.runtime import device as dev
 
     picked = []
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)

@@ -15,8 +15,8 @@ import torch
 
 from robustbench_pid.cli import main as cli_main
 from robustbench_pid.errors import UserError
-from robustbench_pid.run.launcher import launch
-from robustbench_pid.results.merge import IncompleteRun, merge
+from robustbench_pid.runtime.launcher import launch
+from robustbench_pid.results.files.merge import IncompleteRun, merge
 from robustbench_pid.run.runner import run
 from robustbench_pid.specs import RunSpec
 
@@ -116,7 +116,7 @@ def test_explicit_shards_then_merge_equal_one_process(tmp_path: Path, reference:
 
 def _restamp(parquet: Path) -> None:
     """Record the file's current sha256 in its unit json, as if it had been written like this."""
-    from robustbench_pid.results.integrity import sha256_bytes
+    from robustbench_pid.results.files.integrity import sha256_bytes
 
     meta = parquet.with_suffix(".json")
     m = json.loads(meta.read_text())
@@ -184,7 +184,7 @@ def test_launch_reads_shard_from_flag_torchrun_or_slurm(monkeypatch) -> None:
 
 
 def test_shards_partition_the_plan_exactly(tmp_path: Path, reference: Path) -> None:
-    from robustbench_pid.results.units import unit_from_dict
+    from robustbench_pid.results.files.units import unit_from_dict
     from robustbench_pid.run.plan import shard_units
 
     units = [unit_from_dict(d) for d in json.loads((reference / "plan.json").read_text())["units"]]
@@ -197,7 +197,7 @@ def test_shards_partition_the_plan_exactly(tmp_path: Path, reference: Path) -> N
 
 def test_exactly_once_check_on_synthetic_units() -> None:
     from robustbench_pid.specs import Unit
-    from robustbench_pid.results.merge import check_records
+    from robustbench_pid.results.files.merge import check_records
 
     ids = [f"s{i}" for i in range(6)]
 
@@ -223,7 +223,7 @@ def test_rank0_waits_while_claims_beat_and_gives_up_without(tmp_path: Path, monk
 
     from robustbench_pid.specs import Unit
     from robustbench_pid.run.claims import wait_for_units
-    from robustbench_pid.results.run_files import unit_done
+    from robustbench_pid.results.files.run_files import unit_done
 
     monkeypatch.setenv("ROBUSTBENCH_PID_CLAIM_TIMEOUT", "0.3")
     u = Unit("adversarial", "clean", 0.0, "{}", "", 0, 10, "a" * 64)
@@ -255,7 +255,7 @@ def test_merge_module_imports_no_torch() -> None:
             "spec = importlib.util.find_spec('robustbench_pid')\n"
             "pkg = types.ModuleType('robustbench_pid'); pkg.__path__ = list(spec.submodule_search_locations)\n"
             "sys.modules['robustbench_pid'] = pkg\n"
-            "import robustbench_pid.results.merge, robustbench_pid.cli.merge\n"
+            "import robustbench_pid.results.files.merge, robustbench_pid.cli.merge\n"
             "print(sorted(m for m in sys.modules if m == 'torch' or m.startswith('torch.')))\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})

@@ -1,5 +1,5 @@
 """Fast start: ``import robustbench_pid`` and the ``--help`` of every command import neither torch nor
-timm (nor pandas or matplotlib); the library loads on first use. Timings: benchmarks/bench_startup.py."""
+timm (nor pandas or matplotlib); the library loads on first use. Timings: scripts/bench_startup.py."""
 from __future__ import annotations
 
 import json
@@ -54,9 +54,9 @@ def test_package_import_is_light_and_names_load_on_use() -> None:
 def test_public_names_are_the_library_functions() -> None:
     import robustbench_pid as rbp
     from robustbench_pid.api import evaluate
-    from robustbench_pid.results.check import check
+    from robustbench_pid.results.ci.check import check
 
-    assert rbp.evaluate is evaluate and rbp.check is check  # importing robustbench_pid.results.check keeps the function
+    assert rbp.evaluate is evaluate and rbp.check is check  # importing robustbench_pid.results.ci.check keeps the function
     assert set(rbp.__all__) <= set(dir(rbp))
     assert all(callable(getattr(rbp, n)) for n in rbp.__all__ if n != "__version__")
     with pytest.raises(AttributeError, match="no attribute 'nope'"):

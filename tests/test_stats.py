@@ -6,7 +6,7 @@ import math
 import numpy as np
 import pytest
 
-from robustbench_pid.results.stats import (bootstrap_interval, mcnemar_exact, mcnemar_from_counts,
+from robustbench_pid.results.stats.stats import (bootstrap_interval, mcnemar_exact, mcnemar_from_counts,
                                    newcombe_difference_interval, paired_bootstrap, wilson_interval)
 
 
@@ -116,7 +116,7 @@ def test_newcombe_published_example():
 def test_average_precision_equals_sklearn_with_ties():
     from sklearn.metrics import average_precision_score
 
-    from robustbench_pid.results.stats import average_precision
+    from robustbench_pid.results.stats.stats import average_precision
 
     rng = np.random.default_rng(3)
     for _ in range(5):

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from robustbench_pid.errors import UserError
-from robustbench_pid.study import find_study, load_study, study_names
+from robustbench_pid.studies.spec import find_study, load_study, study_names
 
 ROOT = Path(__file__).resolve().parents[1]
 PAPERS = ROOT.parent.parent / "shared" / "papers"
@@ -83,7 +83,7 @@ def test_published_values_are_the_papers(study, row, column, metric, paper, line
 def test_digits_published_values_are_the_committed_baseline():
     base = pd.read_csv(ROOT / "results" / "baselines" / "smoke-digits.csv")
     s = load_study("digits-smoke")
-    from robustbench_pid.study import attack_settings
+    from robustbench_pid.studies.spec import attack_settings
 
     for col in s.columns:
         for r in s.rows:
@@ -146,7 +146,7 @@ def test_list_studies_prints_rows(capsys):
 
 
 def test_docs_studies_page_is_the_generated_one():
-    from robustbench_pid.run.study_dryrun import studies_markdown
+    from robustbench_pid.studies.dryrun import studies_markdown
 
     text = (ROOT / "docs" / "studies.md").read_text()
     block = text.split("<!-- generated: studies -->\n", 1)[1].split("<!-- end generated -->", 1)[0]
@@ -155,7 +155,7 @@ def test_docs_studies_page_is_the_generated_one():
 
 def test_table1_cost_per_image_matches_the_scaling_plan():
     """docs/scaling.md counts 10,242 forward passes per image for SPSA (2 + 40 x 2 x 128), 22 f+b for PGD-20."""
-    from robustbench_pid.run.study_dryrun import row_passes
+    from robustbench_pid.studies.dryrun import row_passes
 
     s = load_study("pidformer-table1")
     assert row_passes(s.row("spsa")) == (1 + 10242, 0)

@@ -9,9 +9,9 @@ import pytest
 
 from robustbench_pid.errors import UserError
 from robustbench_pid.results.store import summarize
-from robustbench_pid.results.comparisons import compare_models
-from robustbench_pid.results.render import render
-from robustbench_pid.results.tables import choose_eps, paper_tables, table, tables
+from robustbench_pid.results.tables.comparisons import compare_models
+from robustbench_pid.results.tables.render import render
+from robustbench_pid.results.tables.layouts import choose_eps, paper_tables, table, tables
 
 N = 20
 
@@ -151,7 +151,7 @@ def test_compare_models_counts_every_shared_condition(synth):
 
 
 def test_mean_error_bootstrap_from_corruption_records():
-    from robustbench_pid.results.stats import paired_bootstrap
+    from robustbench_pid.results.stats.stats import paired_bootstrap
 
     rng = np.random.default_rng(0)
     rows = []
@@ -237,9 +237,9 @@ def test_table_cli_writes_each_format(synth, tmp_path, capsys):
 
 
 def test_imagenet_c_mce_bootstrap_uses_alexnet_normalization():
-    from robustbench_pid.imagenet_info import CORRUPTIONS_15
-    from robustbench_pid.results.metrics import mean_corruption_error
-    from robustbench_pid.results.comparisons import corruption_error_matrix, mce_statistic
+    from robustbench_pid.core.imagenet_info import CORRUPTIONS_15
+    from robustbench_pid.results.stats.metrics import mean_corruption_error
+    from robustbench_pid.results.tables.comparisons import corruption_error_matrix, mce_statistic
 
     rng = np.random.default_rng(2)
     n = 12
@@ -275,7 +275,7 @@ def test_ce_baseline_is_an_explicit_option(tmp_path, capsys, monkeypatch):
     from test_benchmarks_imagenet import _fake_corruption_records
 
     from robustbench_pid.cli import main
-    from robustbench_pid.imagenet_info import CORRUPTIONS_15
+    from robustbench_pid.core.imagenet_info import CORRUPTIONS_15
 
     monkeypatch.delenv("ROBUSTBENCH_PID_CE_BASELINE", raising=False)
     recs = pd.concat([_fake_corruption_records("base", "digits", {c: [0.2] * 5 for c in CORRUPTIONS_15}, 0.1),

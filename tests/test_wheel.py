@@ -65,7 +65,7 @@ def test_wheel_install_runs_the_readme_job(tmp_path: Path) -> None:
 
     # the package comes from the fresh venv, never from the checkout or its editable install
     where = _run([str(venv / "bin" / "python"), "-c",
-                  "import sys, robustbench_pid.run.suites as s, robustbench_pid.checkpoints as c\n"
+                  "import sys, robustbench_pid.run.suites as s, robustbench_pid.hub.checkpoints as c\n"
                   "print(s.__file__); print(s.suites_dir()); print(c.checkpoints_dir())\n"
                   "print(any('editable' in m for m in sys.modules))"], elsewhere, _env()).stdout.split("\n")
     site = str(venv.resolve())

@@ -22,7 +22,7 @@ from typing import Any, ClassVar, Dict, Iterator, Mapping, Optional, Sequence, T
 import torch
 import torch.nn.functional as F
 
-from ..labels import number
+from ..core.labels import number
 from ..errors import UserError
 from .telemetry import ENABLED as _TELEMETRY_ON
 from .telemetry import Telemetry

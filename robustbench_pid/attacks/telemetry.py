@@ -16,7 +16,7 @@ from typing import Dict, List, Optional, Tuple
 import torch
 import torch.nn.functional as F
 
-# Off only in benchmarks/bench_evidence.py, which times a run with and without the telemetry.
+# Off only in scripts/bench_evidence.py, which times a run with and without the telemetry.
 ENABLED = [True]
 
 

@@ -51,8 +51,8 @@ import torch
 
 from ..attacks import make_attack
 from ..attacks.base import still_correct
-from ..device import attack_precision
-from ..health import check_finite
+from ..runtime.device import attack_precision
+from ..runtime.health import check_finite
 from ..specs import Unit, chunks
 from . import Benchmark, Column, benchmarks
 from . import evidence

@@ -1,7 +1,7 @@
 """``corruptions``: the 15 ImageNet-C corruptions x severities 1..5, applied on the fly to any dataset.
 
 Protocol: the clean images plus, for every corruption and severity, each image corrupted by
-``robustbench_pid.corruptions`` with its own seed (from ``--seed``, corruption, severity and
+``robustbench_pid.data.generators.corruptions`` with its own seed (from ``--seed``, corruption, severity and
 sample id: reproducible, independent of batching); top-1/top-5 of the plain prediction.
 The Python option ``benchmark_options={"corruptions": {"corruptions": [...], "severities": [...]}}``
 picks other corruptions (e.g. the 4 held-out ones) or severities. With ``--workers N`` the images
@@ -23,10 +23,10 @@ from typing import Any, Dict, Iterator, List, Tuple
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from ..imagenet_info import CORRUPTIONS_15, SEVERITIES
+from ..core.imagenet_info import CORRUPTIONS_15, SEVERITIES
 from ..attacks.base import still_correct
 from ..errors import without_worker_traceback
-from ..health import check_finite
+from ..runtime.health import check_finite
 from ..specs import Unit, chunks
 from . import Batch, Benchmark, Column, benchmarks
 
@@ -54,7 +54,7 @@ class Corruptions(Benchmark):
                "severities": "list of severities 1..5, default all"}
 
     def plan(self, ctx: Any) -> List[Unit]:
-        from ..corruptions import check_corruption, corrupt_tta_version
+        from ..data.generators.corruptions import check_corruption, corrupt_tta_version
 
         opts = _options(ctx)
         names = list(opts.get("corruptions") or CORRUPTIONS_15)
@@ -73,7 +73,7 @@ class Corruptions(Benchmark):
 
     def batches(self, ctx: Any, unit: Unit) -> Iterator[Batch]:
         """The unit's images, corrupted: in the DataLoader workers with --workers, else here."""
-        from ..corruptions import corrupt_batch, sample_seed
+        from ..data.generators.corruptions import corrupt_batch, sample_seed
 
         name, sev = split_condition(unit.condition)
         if not name:
@@ -104,7 +104,7 @@ class _CorruptedView(Dataset):
         return len(self.base)
 
     def __getitem__(self, key: Tuple[int, str, int]) -> Tuple[torch.Tensor, int]:
-        from ..corruptions import corrupt_batch, sample_seed
+        from ..data.generators.corruptions import corrupt_batch, sample_seed
 
         i, name, sev = key
         x, y = self.base[i]

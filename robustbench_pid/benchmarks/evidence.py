@@ -1,4 +1,4 @@
-"""The torch side of the evidence that each attack worked (the decisions are ``results/indicators.py``).
+"""The torch side of the evidence that each attack worked (the decisions are ``results/report/indicators.py``).
 
 Per batch of an attack unit, after the attack ran on the selected samples ``sel``:
 - telemetry columns (``attacks/telemetry.py``) scattered to the whole batch, plus the loss and the
@@ -9,7 +9,7 @@ Per batch of an attack unit, after the attack ran on the selected samples ``sel`
   passes per attacked sample, not charged to the attack's passes), from a generator of their own
   so the attack's draws, and so its records, are the same with or without ``--indicators``;
 - with ``--trace``: every sample's loss per iterate (then the returned point) as a list column,
-  which ``results/trace.py`` moves out of the records into ``trace.parquet``;
+  which ``results/files/trace.py`` moves out of the records into ``trace.parquet``;
 - with ``--agreement N`` (only with bf16/fp16 or --compile): the chosen samples re-attacked in fp32
   eager from the same generator state with aligned draws, and whether their top-1 verdict agrees.
 Also the unconstrained conditions ``--indicators`` adds to the plan (:func:`unconstrained_units`).
@@ -27,9 +27,8 @@ from ..attacks import make_attack
 from ..attacks.base import aligned_draws, still_correct
 from ..attacks.telemetry import ENABLED as TELEMETRY_ON
 from ..attacks.telemetry import Telemetry, attack_loss, neg_margin
-from ..device import attack_precision
-from ..results.indicators import (LIBRARY_ATTACKS, UNCONSTRAINED, UNCONSTRAINED_EPS, UNSTABLE_DRAWS, UNSTABLE_RADIUS,
-                                  loss_trend, loss_variation)
+from ..runtime.device import attack_precision
+from ..results.report.indicators import (LIBRARY_ATTACKS, UNCONSTRAINED, UNCONSTRAINED_EPS, UNSTABLE_DRAWS, UNSTABLE_RADIUS, loss_trend, loss_variation)
 from ..specs import Unit, chunks
 
 

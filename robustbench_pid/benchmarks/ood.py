@@ -4,7 +4,7 @@ Protocol (Hendrycks et al., "Natural Adversarial Examples"): in-distribution = t
 images of the 200 ImageNet-O wnids (10,000), out-of-distribution = ImageNet-O (2,000); anomaly
 score = -max softmax over the 200 masked logits (softmax taken over those 200 only); OOD is the
 positive class; AUPR = scikit-learn ``average_precision_score`` x 100, plus AUROC and FPR at
-95% TPR (``robustbench_pid.results.metrics.ood_detection_metrics``). Chance AUPR = the OOD fraction
+95% TPR (``robustbench_pid.results.stats.metrics.ood_detection_metrics``). Chance AUPR = the OOD fraction
 (2000/12000 = 16.67 with the full sets), reported as the ``chance_aupr`` row. Published reference
 (PIDformer Table 1, softmax DeiT-tiny): AUPR 17.47.
 

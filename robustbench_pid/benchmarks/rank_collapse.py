@@ -1,5 +1,5 @@
 """``rank-collapse``: average pairwise cosine similarity of token representations, per layer
-(PIDformer Fig. 2 / appendix A.6; the metric is ``robustbench_pid.analysis.pairwise_cosine``).
+(PIDformer Fig. 2 / appendix A.6; the metric is ``robustbench_pid.probes.rank_collapse.pairwise_cosine``).
 
 Images: on ImageNet-family datasets a seeded random choice of 1000 test images (the paper's
 count; ``--seed`` picks them), on the embedded digits set all 360. ``--limit N`` / ``--subset N``
@@ -23,7 +23,7 @@ import pandas as pd
 import torch
 
 from ..attacks.base import still_correct
-from ..health import check_finite
+from ..runtime.health import check_finite
 from ..specs import Unit, chunks
 from . import Batch, Benchmark, benchmarks
 
@@ -73,7 +73,7 @@ class RankCollapse(Benchmark):
 
     def records(self, ctx: Any, unit: Unit, b: Batch) -> pd.DataFrame:
         """One row per (image, layer), layer by layer."""
-        from ..analysis import layer_cosines
+        from ..probes.rank_collapse import layer_cosines
 
         # not the compiled copy: the forward hooks live on the eager modules
         logits, cos = layer_cosines(ctx.model, b.x)

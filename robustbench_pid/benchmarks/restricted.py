@@ -1,7 +1,7 @@
 """``restricted``: top-1/top-5 with the logits restricted to a dataset's 200 classes (ImageNet-A, -R).
 
 Protocol (Hendrycks et al.): the 1000-class model's logits are indexed by the dataset's 200 class
-indices (``robustbench_pid.imagenet_info.subset_indices``: timm's ``imagenet_{a,r}_indices.txt``),
+indices (``robustbench_pid.core.imagenet_info.subset_indices``: timm's ``imagenet_{a,r}_indices.txt``),
 the prediction is the argmax over those 200 (mapped back to its 1000-class index), top-5 likewise.
 Labels are 1000-class indices (``sorted_wnids.index(folder)``). Images: the model's resize/crop
 transform. Published reference (PIDformer Table 1, softmax DeiT-tiny): IN-A 6.90, IN-R 32.83 top-1.
@@ -15,7 +15,7 @@ from typing import Any, Dict, List, Tuple
 
 import torch
 
-from ..health import check_finite
+from ..runtime.health import check_finite
 from ..specs import Unit, chunks
 from . import Batch, Benchmark, Column, benchmarks
 

@@ -31,7 +31,7 @@ def _metrics(raw: List[str]) -> Optional[List[str]]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..results.check import check, update
+    from ..results.ci.check import check, update
 
     metrics = _metrics(args.metric)
     if args.update:

@@ -101,7 +101,7 @@ def spec_options(args: argparse.Namespace) -> Dict[str, Any]:
 def run(args: argparse.Namespace) -> int:
     import pandas as pd
 
-    from ..results.report_text import format_summary
+    from ..results.report.report_text import format_summary
     from ..run.runner import run as run_spec
     from ..run.spec_builder import build_spec
 
@@ -111,7 +111,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     summary_path = out / "summary.csv"
     if not summary_path.is_file():
-        from ..run.launcher import launch
+        from ..runtime.launcher import launch
 
         launched = launch(spec.shard)
         i, n = launched.index, launched.count
@@ -120,11 +120,11 @@ def run(args: argparse.Namespace) -> int:
         return 0
     print(format_summary(pd.read_csv(summary_path)))
     if spec.benchmark == "adversarial" and spec.attacks:
-        from ..results.diagnostics import diagnose, format_findings
+        from ..results.report.diagnostics import diagnose, format_findings
 
         records = pd.read_parquet(out / "records.parquet")
         print("\n" + format_findings(diagnose(records)))
-        from ..results.evidence_text import format_evidence
+        from ..results.report.evidence_text import format_evidence
 
         print("\n" + format_evidence(pd.read_csv(summary_path)))
     print(f"\nwrote {out}  (records.parquet, summary.csv, run.json)")

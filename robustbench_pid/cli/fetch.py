@@ -4,7 +4,7 @@ NAME is a released checkpoint of ``checkpoints/registry.toml`` (``--list`` shows
 name and published hash come from the registry, and the file goes to the user cache dir (or ``--to``),
 where ``--checkpoint NAME`` finds it. A URL needs the expected ``--sha256`` (full or 8+ hex digits).
 Either way the download resumes a partial file and is kept only if the hash matches
-(:mod:`robustbench_pid.download`). Torch-free.
+(:mod:`robustbench_pid.hub.download`). Torch-free.
 """
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _list() -> int:
-    from ..released import find_file, read_registry, registry_path
+    from ..hub.released import find_file, read_registry, registry_path
 
     reg = read_registry()
     print(f"Released checkpoints ({registry_path()}):")
@@ -40,7 +40,7 @@ def _list() -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..download import check_hash_arg, download
+    from ..hub.download import check_hash_arg, download
     from ..errors import UserError
 
     if args.list:
@@ -55,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
         path = download(args.source, args.to, sha256=given, progress=not args.quiet)
         print(f"{path}  sha256 ok ({given})")
         return 0
-    from ..released import get_release, target_dir
+    from ..hub.released import get_release, target_dir
 
     rel = get_release(args.source)
     want = rel.published_hash

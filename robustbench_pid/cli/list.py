@@ -15,7 +15,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(a: argparse.Namespace) -> int:
     if a.kind == "attacks":
         from ..attacks import attack_names, get_attack
-        from ..labels import eps_text
+        from ..core.labels import eps_text
 
         for name in attack_names():
             cls = get_attack(name)
@@ -36,7 +36,7 @@ def run(a: argparse.Namespace) -> int:
         for name in benchmark_names():
             print(f"{name:16s} {_first_line(type(get_benchmark(name)))}")
     elif a.kind == "studies":
-        from ..study import format_studies
+        from ..studies.spec import format_studies
 
         print(format_studies())
     else:

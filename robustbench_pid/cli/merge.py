@@ -21,9 +21,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..results.report_text import format_summary
-    from ..results.merge import merge
-    from ..results.study_table import is_study_folder, merge_study
+    from ..results.report.report_text import format_summary
+    from ..results.files.merge import merge
+    from ..studies.table import is_study_folder, merge_study
 
     if is_study_folder(args.run_dir):  # a study folder (reproduce --out): every row's run, then the table
         table = merge_study(args.run_dir)

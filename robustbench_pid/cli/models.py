@@ -69,7 +69,7 @@ def our_archs() -> List[str]:
 def listing() -> Dict[str, Any]:
     import timm
 
-    from ..checkpoints import read_manifest
+    from ..hub.checkpoints import read_manifest
     from ..loaders import loader_names
     from ..models.zoo import zoo
 

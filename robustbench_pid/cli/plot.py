@@ -23,12 +23,12 @@ def run(args: argparse.Namespace) -> int:
 
     matplotlib.use("Agg")
     from ..results.inputs import load_inputs
-    from ..results.plots import write_plots
+    from ..results.report.plots import write_plots
 
     inp = load_inputs(args.results, ce_baseline=args.ce_baseline)
     paths, notes = write_plots(inp, args.out, formats=args.format or ("png", "svg"))
-    from ..results.attention import attention_of_runs  # runs with --analyze attention: their own figures
-    from ..results.attention_plots import write_attention_plots
+    from ..results.report.attention import attention_of_runs  # runs with --analyze attention: their own figures
+    from ..results.report.attention_plots import write_attention_plots
 
     more, why = write_attention_plots(attention_of_runs(inp.runs), args.out, formats=args.format or ("png", "svg"))
     paths, notes = paths + more, notes + (why if any((r.get("spec") or {}).get("analyze") for r in inp.runs) else [])

@@ -23,8 +23,8 @@ def run(args: argparse.Namespace) -> int:
 
     matplotlib.use("Agg")
     from ..results.inputs import load_inputs
-    from ..results.outputs import output_file
-    from ..results.report import write_report
+    from ..results.files.outputs import output_file
+    from ..studies.report import write_report
 
     output_file(args.output, "report.html")  # before the work: a folder as -o is one error line
     out = write_report(load_inputs(args.results, ce_baseline=args.ce_baseline), args.output, title=args.title,

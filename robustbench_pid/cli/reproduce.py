@@ -49,14 +49,14 @@ RUN_OPTIONS = ("checkpoint", "allow_pickle", "non_strict", "model_arg", "limit",
 
 def run(args: argparse.Namespace) -> int:
     from ..run.spec_builder import key_values
-    from ..run.study import plan_study, reproduce
+    from ..studies.reproduce import plan_study, reproduce
 
     plan = plan_study(args.study, args.model, data_root=args.data_root, dataset_root=args.dataset_root, out=args.out,
                       as_column=args.as_column, protocol=args.protocol, only=args.only, skip=args.skip)
     opts = {k: getattr(args, k) for k in RUN_OPTIONS}
     opts["model_arg"] = key_values(args.model_arg, "--model-arg")
     if args.dry_run:
-        from ..run.study_dryrun import study_dry_run
+        from ..studies.dryrun import study_dry_run
 
         study_dry_run(plan, **opts, calibration=args.calibration)
         return 0

@@ -29,10 +29,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..results.inputs import load_inputs
-    from ..results.render import render
-    from ..results.tables import tables
+    from ..results.tables.render import render
+    from ..results.tables.layouts import tables
 
-    from ..results.outputs import output_file, write_text
+    from ..results.files.outputs import output_file, write_text
 
     if args.output:
         output_file(args.output, "table.md")  # a folder or a blocked path: one error line before any work

@@ -2,7 +2,7 @@
 
 The 1000 sorted wnids and the A/R lists are read at run time from the files timm ships
 (``timm/data/_info``), which are byte-identical to the lists published with the datasets; timm has
-no ImageNet-O list, so the project keeps its own copy in ``robustbench_pid/_data/imagenet_o_wnids.txt``.
+no ImageNet-O list, so the project keeps its own copy in ``robustbench_pid/core/_data/imagenet_o_wnids.txt``.
 Tests check every list against the sha256 values recorded in the shared reference facts.
 
 Constants (AlexNet errors, corruption order) are from hendrycks/robustness @8190fe32
@@ -75,7 +75,7 @@ def subset_wnids(name: str) -> Tuple[str, ...]:
     if name in ("a", "r"):
         return tuple(_read_lines(_timm_info_dir() / f"imagenet_{name}_synsets.txt"))
     if name == "o":
-        ref = resources.files("robustbench_pid") / "_data" / "imagenet_o_wnids.txt"
+        ref = resources.files("robustbench_pid.core") / "_data" / "imagenet_o_wnids.txt"
         return tuple(ln.strip() for ln in ref.read_text().splitlines() if ln.strip())
     raise KeyError(f"no 200-class list for {name!r}; valid: a, r, o")
 

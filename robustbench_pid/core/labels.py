@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 from typing import Any, Optional
 
-from .errors import UserError
+from ..errors import UserError
 
 
 def eps_text(eps: Optional[float], norm: Optional[str] = "") -> str:

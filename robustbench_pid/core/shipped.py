@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-_PACKAGE = Path(__file__).resolve().parent
+_PACKAGE = Path(__file__).resolve().parents[1]  # robustbench_pid/ (this file is in core/)
 # name inside an installed package -> top-level folder in the repository
 _FOLDERS = {"attack_suites": "attacks", "embedded_checkpoints": "checkpoints"}
 

@@ -51,7 +51,7 @@ import torch
 from torch.utils.data import Dataset
 
 from ..errors import UserError
-from ..imagenet_info import subset_indices, subset_wnids, wnid_to_index
+from ..core.imagenet_info import subset_indices, subset_wnids, wnid_to_index
 from . import DatasetInfo, datasets
 
 IMAGE_EXTENSIONS = (".jpeg", ".jpg", ".png")
@@ -282,7 +282,7 @@ def _imagenet_o(split: str, root: Optional[str], model_info: Dict[str, Any], sub
         ind.extend(Item(f, wnid_to_index()[w], f"imagenet-val/{w}/{f.name}", "in", False) for f in _images(d))
     extra = {"imagenet_root": str(val), "n_in_found": len(ind), "n_ood_found": len(ood),
              "in_distribution": "ImageNet val images of the 200 ImageNet-O wnids",
-             "logit_mask": "ImageNet-O 200 classes (robustbench_pid/_data/imagenet_o_wnids.txt)"}
+             "logit_mask": "ImageNet-O 200 classes (robustbench_pid/core/_data/imagenet_o_wnids.txt)"}
     if subset is not None:
         n_ood = max(1, round(subset * len(ood) / (len(ood) + len(ind))))
         n_in = max(1, subset - n_ood)

@@ -14,7 +14,7 @@ import torch
 from torch.utils.data import Dataset
 
 from ..errors import UserError
-from ..imagenet_info import CORRUPTIONS_15, CORRUPTIONS_EXTRA, IMAGENET_C_CATEGORIES, SEVERITIES, wnid_to_index
+from ..core.imagenet_info import CORRUPTIONS_15, CORRUPTIONS_EXTRA, IMAGENET_C_CATEGORIES, SEVERITIES, wnid_to_index
 from . import DatasetInfo, datasets
 from .imagenet import (choose_subset, dataset_root, eval_transform, ids_sha256, imagenet_root_option, load_image,
                        readable, scan_wnid_folders, subdirs)

@@ -4,7 +4,7 @@ A table of checks, each PASS / WARN / FAIL with one line, in three sections: the
 (versions, device, bf16, ``torch.compile``, cores and workers), correctness (the embedded models'
 smoke evaluation on the device against the CPU, bf16 and ``--compile`` against fp32, resume after an
 interrupted unit) and speed (random-init DeiT-tiny and PID DeiT-tiny at 224 px, measured with
-``robustbench_pid.speed``: the same code as the scripts in ``benchmarks/``). Any FAIL makes the
+``robustbench_pid.run.speed``: the same code as the scripts in ``benchmarks/``). Any FAIL makes the
 exit status 1. A check that raises is a FAIL whose line is the error, so one broken part never
 hides the others.
 """
@@ -73,8 +73,8 @@ def run_doctor(device: str = "auto", quick: bool = False, json_path: Optional[Pa
                out: Optional[TextIO] = None, settings: Optional[Settings] = None) -> Report:
     """Run every check, print the table as it goes, write ``json_path``; the report's ``exit_code``
     is 1 on any FAIL."""
-    from ..device import pick_device
-    from ..speed import machine
+    from ..runtime.device import pick_device
+    from ..run.speed import machine
 
     out = out or sys.stdout
     dev = pick_device(device)  # a device that is not there: one error line, exit 2 (bad input)

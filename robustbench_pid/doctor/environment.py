@@ -19,7 +19,7 @@ def versions(s: Settings, state: Dict[str, Any]) -> Outcome:
     import timm
     import torchvision
 
-    from ..version import __version__
+    from ..core.version import __version__
 
     v = {"robustbench_pid": __version__, "python": platform.python_version(), "torch": torch.__version__,
          "timm": timm.__version__, "torchvision": torchvision.__version__, "numpy": numpy.__version__,
@@ -41,7 +41,7 @@ def _driver() -> Any:
 
 
 def device(s: Settings, state: Dict[str, Any]) -> Outcome:
-    from ..speed import cpu_model, host_memory_bytes
+    from ..run.speed import cpu_model, host_memory_bytes
 
     d = s.device
     if d.type == "cuda":
@@ -61,7 +61,7 @@ def device(s: Settings, state: Dict[str, Any]) -> Outcome:
 def bf16(s: Settings, state: Dict[str, Any]) -> Outcome:
     """bf16 autocast runs here and its matmul is within bf16's precision of fp32; on CPU, whether the
     hardware has native bf16 (without it autocast emulates it and is slower than fp32)."""
-    from ..device import attack_precision
+    from ..runtime.device import attack_precision
 
     g = torch.Generator().manual_seed(0)
     a, b = (torch.randn(64, 64, generator=g).to(s.device) for _ in range(2))
@@ -123,7 +123,7 @@ def compile_works(s: Settings, state: Dict[str, Any]) -> Outcome:
 
 
 def cores(s: Settings, state: Dict[str, Any]) -> Outcome:
-    from ..jpeg_tree import sensible_workers
+    from ..data.generators.jpeg_tree import sensible_workers
 
     n = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     threads = torch.get_num_threads()

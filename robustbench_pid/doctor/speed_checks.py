@@ -1,5 +1,5 @@
 """Doctor's speed rows, random-init DeiT-tiny and PID DeiT-tiny at 224 px side by side, every figure
-from ``robustbench_pid.speed`` / ``robustbench_pid.jpeg_tree`` (the benchmark scripts' own code).
+from ``robustbench_pid.run.speed`` / ``robustbench_pid.data.generators.jpeg_tree`` (the benchmark scripts' own code).
 
 Speed rows WARN (never FAIL: a slow machine still runs the harness right) where a setting does not
 pay here (bf16 or compile slower than fp32 eager, PGD above 1.05 bare passes, PID above 1.10x
@@ -12,7 +12,7 @@ from typing import Any, Dict
 import torch
 
 from .base import Outcome, Settings
-from .. import speed
+from ..run import speed
 
 MODELS = {"DeiT-tiny": "deit_tiny_patch16_224", "PID DeiT-tiny": "pid_deit_tiny_patch16_224"}
 PID = "PID DeiT-tiny"
@@ -96,7 +96,7 @@ def pgd(s: Settings, state: Dict[str, Any]) -> Outcome:
 
 
 def decode(s: Settings, state: Dict[str, Any]) -> Outcome:
-    from ..jpeg_tree import build_tree, decode_rate, sensible_workers, tree_stats
+    from ..data.generators.jpeg_tree import build_tree, decode_rate, sensible_workers, tree_stats
 
     tree = s.tmp / "jpeg_tree"
     build_tree(tree, s.tree_images)

@@ -6,8 +6,8 @@ import os
 from pathlib import Path
 from typing import Any, Dict
 
-from .errors import CheckpointError
-from .shipped import shipped_dir
+from ..errors import CheckpointError
+from ..core.shipped import shipped_dir
 
 MANIFEST = "manifest.json"
 # no environment override: which weights ``embedded:NAME`` loads is part of the package, never of the shell

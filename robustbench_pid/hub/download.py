@@ -22,7 +22,7 @@ import urllib.request
 from pathlib import Path
 from typing import Optional
 
-from .errors import CheckpointError
+from ..errors import CheckpointError
 
 CHUNK = 1 << 20
 _HEX = re.compile(r"^[0-9a-f]{8,64}$")

@@ -17,8 +17,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
-from .errors import CheckpointError
-from .shipped import shipped_dir
+from ..errors import CheckpointError
+from ..core.shipped import shipped_dir
 
 if sys.version_info >= (3, 11):
     import tomllib

@@ -106,7 +106,7 @@ def read_checkpoint(spec: str, *, allow_pickle: bool = False, checkpoint_dir: Op
         return _as_loaded(loaders.get("file")(spec, allow_pickle=allow_pickle), spec, "file")
     scheme, name = _split_spec(spec)
     if scheme is None or scheme == "released":
-        from ..released import release_names
+        from ..hub.released import release_names
 
         if scheme == "released" or spec in release_names():
             return loaders.get("released")(name, allow_pickle=allow_pickle, checkpoint_dir=checkpoint_dir)

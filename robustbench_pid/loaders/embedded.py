@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from safetensors.torch import load_file as st_load
 
-from ..checkpoints import checkpoints_dir, manifest_entry
+from ..hub.checkpoints import checkpoints_dir, manifest_entry
 from ..errors import CheckpointError
 from . import Loaded, loaders, sha256_file
 

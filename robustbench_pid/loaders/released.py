@@ -1,7 +1,7 @@
 """``released:NAME`` (or a bare registry NAME): a released checkpoint from ``checkpoints/registry.toml``.
 
 The file is looked for in ``--checkpoint-dir``, the shipped checkpoints folder and the user cache dir
-(:mod:`robustbench_pid.released`); when it is absent, one line names the URL, the ``fetch`` command and
+(:mod:`robustbench_pid.hub.released`); when it is absent, one line names the URL, the ``fetch`` command and
 where to put it. Its sha256 is checked against the published hash *before* the file is read (a file
 that does not match is refused, never unpickled), then it is read exactly like a local file (same
 safety rules). The registry name and the published hash travel with the weights into every record.
@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Optional
 
 from ..errors import CheckpointError
-from ..released import find_file, get_release, missing_message, verify_file
+from ..hub.released import find_file, get_release, missing_message, verify_file
 from . import Loaded, loaders, sha256_file
 
 

@@ -100,7 +100,7 @@ def pid_control(v: torch.Tensor, state: PidState, g: PidGains) -> torch.Tensor:
     """Return lP e + lI sum(e) + lD (e - e_prev) for this layer and advance ``state``.
 
     Written as (lP + lD) e + lI sum(e) - lD e_prev so the controller costs six elementwise passes
-    over the value tensor (``benchmarks/bench_attention.py`` measures it against softmax attention).
+    over the value tensor (``scripts/bench_attention.py`` measures it against softmax attention).
     """
     if state.reference is None:
         state.reference = g.beta * v
@@ -156,7 +156,7 @@ class PidVisionTransformer(VisionTransformer):
     def forward_intermediates(self, *args: Any, **kwargs: Any) -> Any:  # pragma: no cover - guard
         raise NotImplementedError(
             "PidVisionTransformer does not support forward_intermediates; "
-            "use robustbench_pid.analysis.token_representations (forward hooks) instead."
+            "use robustbench_pid.probes.rank_collapse.token_representations (forward hooks) instead."
         )
 
 

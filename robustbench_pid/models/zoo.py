@@ -134,7 +134,7 @@ def check_arch_kwargs(res: "ResolvedModel", kwargs: Dict[str, Any], num_classes:
     accepts is its ``__init__`` signature plus the factory's own arguments (``factory_kwargs``:
     PID gains, RPC settings). Architectures that cannot be probed are checked by the real build.
     """
-    from ..health import finite_kwargs
+    from ..runtime.health import finite_kwargs
 
     finite_kwargs(kwargs, res.alias)
     if not kwargs:

@@ -28,7 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..analysis import find_blocks, token_representations
+from .rank_collapse import find_blocks, token_representations
 from .metrics import attention_entropy, attention_probs, effective_rank, frob, representation_shift, token_similarity
 
 TOKEN_METRICS = ("shift", "token_similarity", "effective_rank")

@@ -1,7 +1,7 @@
 """The attention probe's metrics as small pure functions on tensors (tested against hand values).
 
 Every function takes a batch and returns one float64 value per sample (shape ``(B,)``); the
-token-similarity metric is PIDformer A.6's, reused from ``robustbench_pid.analysis``.
+token-similarity metric is PIDformer A.6's, reused from ``robustbench_pid.probes.rank_collapse``.
 
 - ``representation_shift(h_adv, h)``: ||h_adv - h||_F / ||h||_F over the sample's whole token matrix
   (N x D). 0 when the inputs agree; > the layer-0 value means the block stack amplified the
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import torch
 
-from ..analysis import pairwise_cosine
+from .rank_collapse import pairwise_cosine
 
 __all__ = ["representation_shift", "effective_rank", "attention_entropy", "token_similarity", "attention_probs",
            "frob"]

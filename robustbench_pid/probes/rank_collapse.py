@@ -13,7 +13,7 @@ l, before the final norm), taken with forward hooks on ``net.blocks[i]``, so any
 works without special support (PID DeiT included, whose blocks take an extra state argument).
 Layer 0 is the input of the first block (patch + position embeddings).
 
-Plot several runs on one figure: ``python -m robustbench_pid.analysis plot RUN_DIR... -o fig.png``.
+Plot several runs on one figure: ``python -m robustbench_pid.probes.rank_collapse plot RUN_DIR... -o fig.png``.
 """
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ import pandas as pd
 import torch
 from torch import nn
 
-from .errors import UserError
+from ..errors import UserError
 
 
 def find_blocks(model: nn.Module) -> nn.ModuleList:
@@ -98,10 +98,10 @@ def layer_cosines(model: nn.Module, x: torch.Tensor) -> tuple:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    from .results.plots import draw_rank_collapse
-    from .results.store import load_results
+    from ..results.report.plots import draw_rank_collapse
+    from ..results.store import load_results
 
-    p = argparse.ArgumentParser(prog="python -m robustbench_pid.analysis",
+    p = argparse.ArgumentParser(prog="python -m robustbench_pid.probes.rank_collapse",
                                 description="plot rank-collapse results of several runs on one figure")
     sub = p.add_subparsers(dest="cmd", required=True)
     pl = sub.add_parser("plot", help="token cosine similarity against depth, one line per run")

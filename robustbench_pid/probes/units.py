@@ -16,7 +16,7 @@ from typing import Any, Dict, Iterable, Iterator, Tuple
 import pandas as pd
 import torch
 
-from ..analysis import token_representations
+from .rank_collapse import token_representations
 from ..specs import Unit
 from .attention import layer_metrics, rows
 

@@ -34,7 +34,7 @@ from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Seque
 
 import pandas as pd
 
-from ..labels import eps_text
+from ..core.labels import eps_text
 
 SETTINGS_COLUMNS = ("benchmark", "attack", "params", "protocol", "precision")
 META_COLUMNS = ("attack_label", "norm", "white_box", "worst_case", "paper_eps")

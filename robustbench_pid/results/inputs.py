@@ -19,9 +19,9 @@ import numpy as np
 import pandas as pd
 
 from ..errors import UserError
-from ..labels import attack_title, eps_text
+from ..core.labels import attack_title, eps_text
 from .store import load_runs, summarize
-from .verify import verify_file
+from .files.verify import verify_file
 
 OOD_DATASETS = ("imagenet-a", "imagenet-r", "imagenet-c", "imagenet-o")
 ACCURACY_METRICS = ("top1", "top5")

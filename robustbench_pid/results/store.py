@@ -17,7 +17,7 @@ import pandas as pd
 from .conditions import META_COLUMNS, add_identity, combined, condition_meta, samples_id, with_attack_meta
 from ..errors import UserError
 from .summaries import summarize_benchmark
-from .verify import verify_run_files
+from .files.verify import verify_run_files
 
 TIDY_COLUMNS = ["run_id", "model", "checkpoint_sha256", "dataset", "protocol", "benchmark", "attack", "eps",
                 "setting", "metric", "value", "n", "ci_low", "ci_high", "settings_id", "samples_id", "precision",

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Dict, Optional, Sequence
 
 from ..errors import UserError
-from ..results.run_files import HOST, pid_alive, proc_start, read_json, unit_done
+from ..results.files.run_files import HOST, pid_alive, proc_start, read_json, unit_done
 from ..specs import Unit
 
 

@@ -20,11 +20,11 @@ from torch.utils.data import DataLoader
 
 from ..benchmarks import Batch, check_options, get_benchmark
 from ..data import dataset_info, load_dataset
-from ..device import check_precision, find_batch_size, pick_device, wants_channels_last
+from ..runtime.device import check_precision, find_batch_size, pick_device, wants_channels_last
 from ..errors import UserError, without_worker_traceback
-from .launcher import launch
+from ..runtime.launcher import launch
 from ..models import load_model
-from ..results.units import content_hash
+from ..results.files.units import content_hash
 from .read_ahead import read_ahead
 from ..specs import PROTOCOLS, RunSpec, Unit
 

@@ -14,11 +14,11 @@ import numpy as np
 import torch
 
 from ..benchmarks import get_benchmark
-from ..speed import forward_backward
+from .speed import forward_backward
 from ..results.conditions import eps_text_of
 from .provenance import device_name
 from .context import Context
-from ..results.run_files import unit_done
+from ..results.files.run_files import unit_done
 from ..specs import Unit
 
 
@@ -48,7 +48,7 @@ def calibrate(ctx: Context, reps: int = 3) -> Tuple[float, float]:
         with torch.inference_mode():
             model(x)
 
-    def fb() -> None:  # the pass doctor and the benchmark scripts time (robustbench_pid.speed)
+    def fb() -> None:  # the pass doctor and the benchmark scripts time (robustbench_pid.run.speed)
         forward_backward(amodel, x, y, ctx.spec.precision)
 
     out = []

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Dict, List
 
 from ..errors import UserError
-from ..results.run_files import read_json
+from ..results.files.run_files import read_json
 
 # spec keys that do not change what a run computes (where, how fast, how it is shown)
 RUNTIME_KEYS = ("out", "quiet", "num_workers", "shard", "dry_run", "calibration", "device", "compile")
@@ -49,7 +49,7 @@ def spec_differences(old: Dict[str, Any], new: Dict[str, Any]) -> List[str]:
         if k == "attacks" and _unique(old.get(k) or []) == _unique(new.get(k) or []):
             continue
         if k == "attacks" and _eps_list(old) != _eps_list(new):
-            from ..labels import eps_text
+            from ..core.labels import eps_text
 
             def desc(s: Dict[str, Any]) -> str:
                 return ",".join(f"{a} {eps_text(float(e), 'linf') if isinstance(e, (int, float)) else e}"

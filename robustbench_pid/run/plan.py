@@ -11,7 +11,7 @@ import sys
 from dataclasses import replace
 from typing import Any, Dict, List, Sequence
 
-from ..results.units import content_hash
+from ..results.files.units import content_hash
 from ..specs import Unit
 
 PLAN_VERSION = 1
@@ -62,7 +62,7 @@ def plan_units(ctx: Any) -> List[Unit]:
 
 def condition_label(u: Unit) -> str:
     """``pgd eps 4/255`` (eps in k/255 when it is one) for messages about a condition."""
-    from ..labels import eps_text
+    from ..core.labels import eps_text
 
     return f"{u.attack}" + (f" eps {eps_text(u.eps, 'linf')}" if u.eps else "") + (f" {u.condition}" if u.condition else "")
 

@@ -15,10 +15,10 @@ import numpy as np
 import pandas as pd
 import torch
 
-from ..version import __version__
+from ..core.version import __version__
 from ..errors import UserError
 from .context import Context
-from ..results.run_files import now, read_json
+from ..results.files.run_files import now, read_json
 from ..specs import RunSpec, Unit
 
 

@@ -59,17 +59,16 @@ import torch
 from ..benchmarks import get_benchmark
 from .claims import Claims, wait_for_units
 from .dryrun import dry_run
-from ..results.integrity import BAD_META, CHECKSUM_KEY, MISMATCH, UNVERIFIED, problem, read_unit_bytes, warn, warn_unverified
-from .launcher import TORCHRUN, Launch, launch
+from ..results.files.integrity import (BAD_META, CHECKSUM_KEY, MISMATCH, UNVERIFIED, problem, read_unit_bytes, warn, warn_unverified)
+from ..runtime.launcher import TORCHRUN, Launch, launch
 from .one_config import check_same_configuration
-from ..results.merge import finalize_run
-from ..results.sidecars import write_sidecars
-from ..results.units import short_label, unit_label, unit_to_dict
+from ..results.files.merge import finalize_run
+from ..results.files.sidecars import write_sidecars
+from ..results.files.units import short_label, unit_label, unit_to_dict
 from .plan import PLAN_VERSION, plan_hash, plan_units, shard_units
 from .provenance import check_same_model, device_name, run_provenance
 from .context import Context, prepare, unit_rng, unit_seed
-from ..results.run_files import (HOST, check_writable, clean_stale_temps, default_out, make_out_dir, now, proc_start,
-                        read_json, run_lock, unit_done, write_json, write_parquet_atomic)
+from ..results.files.run_files import (HOST, check_writable, clean_stale_temps, default_out, make_out_dir, now, proc_start, read_json, run_lock, unit_done, write_json, write_parquet_atomic)
 from ..specs import RunSpec, Unit
 
 RECORD_ID_COLS = ("run_id", "model", "arch", "checkpoint_sha256", "checkpoint_name", "checkpoint_published_hash",

@@ -32,7 +32,7 @@ def _names(x: Union[None, str, Iterable[str]]) -> List[str]:
 
 def eps_list(eps: EpsLike) -> Optional[List[float]]:
     """``"1/255,2/255"``, a number, or a list of numbers / ``"a/b"`` strings -> floats (None: not given)."""
-    from ..labels import parse_eps
+    from ..core.labels import parse_eps
 
     if eps is None:
         return None
@@ -69,7 +69,7 @@ def attack_specs(attack: Union[None, str, Sequence[str]] = None, eps: EpsLike = 
     """The attacks to run: the suite's (with the overrides each attack knows), then each named
     attack at each eps (fgsm/pgd sweep 1/255..6/255 when no eps is given)."""
     from ..attacks import get_attack
-    from ..labels import parse_eps
+    from ..core.labels import parse_eps
 
     overrides: Dict[str, Any] = {}
     if steps is not None:

@@ -19,7 +19,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
-from .device import attack_precision, find_batch_size
+from ..runtime.device import attack_precision, find_batch_size
 
 # PIDformer Table 1's attack rows as docs/scaling.md plans them (paper protocol): FGSM and PGD-20 at
 # 1..6/255, SPSA, SLD, noise (ImageNet-C/A/R/O not included)
@@ -86,8 +86,8 @@ def forward_backward(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, p
 def random_model(arch: str, device: torch.device, seed: int = 0) -> torch.nn.Module:
     """A seeded random-init zoo network (weights do not change the cost) behind its normalization,
     eval mode, parameters frozen: what the harness attacks."""
-    from .models.wrapper import Normalized
-    from .models.zoo import build_model
+    from ..models.wrapper import Normalized
+    from ..models.zoo import build_model
 
     torch.manual_seed(seed)
     net = build_model(arch, num_classes=1000)
@@ -123,7 +123,7 @@ def pgd_calls(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, steps: i
               precision: str = "fp32", **pgd: Any) -> Dict[str, Callable[[], object]]:
     """The two sides of the PGD-cost ratio: ``steps`` bare forward+backward passes, and the harness's
     PGD class (early stop off: every sample every step) under the runner's autocast."""
-    from .attacks import make_attack
+    from ..attacks import make_attack
 
     attack = make_attack("pgd", eps=eps, steps=steps, early_stop=False, **pgd)
     dev = x.device
@@ -157,10 +157,10 @@ def table1_passes(protocol: str = "paper") -> Dict[str, Tuple[float, float]]:
     """attack -> (forward, forward+backward) passes per image of the Table 1 suite, every sample
     attacked to the end: the dry run's own count (``Benchmark.passes`` on the units the adversarial
     benchmark plans, protocol settings applied), plus the clean pass."""
-    from .benchmarks import get_benchmark
-    from .benchmarks.adversarial import protocol_params
-    from .labels import parse_eps
-    from .specs import Unit
+    from ..benchmarks import get_benchmark
+    from ..benchmarks.adversarial import protocol_params
+    from ..core.labels import parse_eps
+    from ..specs import Unit
 
     bench = get_benchmark("adversarial")
     out: Dict[str, Tuple[float, float]] = {"clean": bench.passes(None, Unit("adversarial", "clean", 0.0, "{}", "", 0, 1))}
@@ -232,7 +232,7 @@ def largest_batch(model: torch.nn.Module, device: torch.device, precision: str =
     ``memory_bytes``) x ``headroom`` over the bytes autograd saves per sample. {"batch", "how"};
     batch 0 when not even one sample fits."""
     if device.type == "cuda" and memory_bytes is None:
-        from .errors import UserError
+        from ..errors import UserError
 
         try:
             bs = find_batch_size(model, (3, size, size), device, precision, start=1, limit=limit)

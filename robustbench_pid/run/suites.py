@@ -22,10 +22,10 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 from ..attacks import get_attack
-from ..labels import parse_eps
+from ..core.labels import parse_eps
 from ..errors import UserError
 from ..registry import UnknownNameError
-from ..shipped import shipped_dir
+from ..core.shipped import shipped_dir
 from ..specs import AttackSpec
 
 TOP_KEYS = {"description", "attack"}

@@ -20,8 +20,8 @@ from typing import Iterator, Optional, Sequence
 
 import torch
 
-from .errors import UserError
-from .specs import PRECISIONS
+from ..errors import UserError
+from ..specs import PRECISIONS
 
 
 def pick_device(name: str = "auto") -> torch.device:
@@ -46,7 +46,7 @@ def _local_cuda(index: Optional[int]) -> torch.device:
     else the current one."""
     count = torch.cuda.device_count()
     if index is None:
-        from .run.launcher import local_gpu  # the launcher reads its environment once per process
+        from .launcher import local_gpu  # the launcher reads its environment once per process
 
         index = local_gpu(count)
     if index is None:

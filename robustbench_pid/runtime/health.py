@@ -13,8 +13,8 @@ from typing import Any, Mapping
 
 import torch
 
-from .results.conditions import eps_text_of
-from .errors import UserError
+from ..results.conditions import eps_text_of
+from ..errors import UserError
 
 
 class NonFiniteError(UserError):

@@ -10,11 +10,11 @@ import json
 from typing import Any, List, Tuple
 
 from ..benchmarks import get_benchmark
-from ..results.run_files import unit_done
+from ..results.files.run_files import unit_done
 from ..specs import Unit
-from ..study import Row, attack_settings
-from .dryrun import _fmt_s
-from .study import StudyPlan, report_missing, row_spec
+from .spec import Row, attack_settings
+from ..run.dryrun import _fmt_s
+from .reproduce import StudyPlan, report_missing, row_spec
 
 IMAGENET_C_CONDITIONS = 75  # 15 corruptions x 5 severities, each image passes once per condition
 
@@ -40,10 +40,10 @@ def row_passes(row: Row) -> Tuple[float, float]:
 
 def study_dry_run(plan: StudyPlan, **opts: Any) -> float:
     """Print each row's units to do, passes and estimated seconds (this process's shard); return the total."""
-    from .context import prepare
-    from .dryrun import calibrate, unit_passes
-    from .launcher import launch
-    from .plan import plan_units, shard_units
+    from ..run.context import prepare
+    from ..run.dryrun import calibrate, unit_passes
+    from ..runtime.launcher import launch
+    from ..run.plan import plan_units, shard_units
 
     report_missing(plan)
     rows = [r for r in plan.rows if r.name not in plan.missing]
@@ -83,7 +83,7 @@ COST_BATCH = 128  # the cost benchmark measures one batch (--batch-size, default
 def studies_markdown(images: int = DOC_IMAGES, rates: Tuple[float, float] = H100_RATES) -> str:
     """docs/studies.md's generated part: each shipped study, its columns, rows, datasets and expected cost
     per model (passes per image from :func:`row_passes`, x ``images``, at ``rates`` images/s)."""
-    from ..study import METRICS, load_study, row_setting, study_names
+    from .spec import METRICS, load_study, row_setting, study_names
 
     out: List[str] = []
     for name in study_names():
@@ -109,5 +109,5 @@ def studies_markdown(images: int = DOC_IMAGES, rates: Tuple[float, float] = H100
     return "\n".join(out)
 
 
-if __name__ == "__main__":  # python -m robustbench_pid.run.study_dryrun > the generated part of docs/studies.md
+if __name__ == "__main__":  # python -m robustbench_pid.studies.dryrun > the generated part of docs/studies.md
     print(studies_markdown())

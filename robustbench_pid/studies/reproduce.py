@@ -20,11 +20,11 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from ..errors import UserError
-from ..results.run_files import now, read_json, write_json
-from .one_config import check_spec_fits_folder
-from ..results.study_table import ENTRY_FILE, STUDY_FILE, drop_study_table, is_study_folder, write_study_table
+from ..results.files.run_files import now, read_json, write_json
+from ..run.one_config import check_spec_fits_folder
+from .table import ENTRY_FILE, STUDY_FILE, drop_study_table, is_study_folder, write_study_table
 from ..specs import RunSpec
-from ..study import Column, Row, Study, attack_settings, load_study
+from .spec import Column, Row, Study, attack_settings, load_study
 
 # dataset -> folder under --data-root (imagenet: the validation images, with or without its val/ level)
 DATASET_DIRS = {"imagenet": "imagenet/val", "imagenet-a": "imagenet-a", "imagenet-r": "imagenet-r",
@@ -145,7 +145,7 @@ def plan_study(study_name: str, model: str, *, data_root: Optional[str] = None, 
 
 def row_spec(plan: StudyPlan, row: Row, **opts: Any) -> RunSpec:
     """The ordinary RunSpec of one row (``opts``: the ``evaluate`` keywords the command passes on)."""
-    from .spec_builder import build_spec
+    from ..run.spec_builder import build_spec
 
     model_arg = {**plan.column.model_args, **dict(opts.pop("model_arg", None) or {})}
     limit, subset = opts.pop("limit", None), opts.pop("subset", None)
@@ -187,7 +187,7 @@ def report_missing(plan: StudyPlan) -> None:
 
 def reproduce(plan: StudyPlan, **opts: Any) -> Optional[str]:
     """Run every row of ``plan`` that can run; the table's Markdown once every row is complete, else None."""
-    from .runner import run
+    from ..run.runner import run
 
     report_missing(plan)
     prepare_folder(plan, opts.get("checkpoint"))

@@ -35,9 +35,9 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-from .errors import UserError
+from ..errors import UserError
 
-STUDIES_DIR = Path(__file__).resolve().parent / "studies"
+STUDIES_DIR = Path(__file__).resolve().parent  # the *.toml files beside this module
 TOP_KEYS = {"title", "source", "protocol", "description", "column", "row"}
 COLUMN_KEYS = {"name", "model", "model_args"}
 ROW_KEYS = {"name", "label", "dataset", "benchmark", "attack", "metrics", "published"}
@@ -220,7 +220,7 @@ def parse_study(path: Path, name: Optional[str] = None) -> Study:
 
 def attack_settings(row: Row) -> Dict[str, Any]:
     """The row's attack settings (eps as a number), without the name."""
-    from .labels import parse_eps
+    from ..core.labels import parse_eps
 
     out = {k: v for k, v in (row.attack or {}).items() if k != "name"}
     if "eps" in out:
@@ -231,10 +231,10 @@ def attack_settings(row: Row) -> Dict[str, Any]:
 
 def check_names(study: Study) -> None:
     """Every dataset, benchmark, attack and attack setting of ``study`` is registered and valid."""
-    from .attacks import get_attack
-    from .benchmarks import benchmark_names
-    from .data import datasets
-    from .registry import UnknownNameError
+    from ..attacks import get_attack
+    from ..benchmarks import benchmark_names
+    from ..data import datasets
+    from ..registry import UnknownNameError
 
     for r in study.rows:
         where = f"{study.path} [[row]] {r.name!r}"

@@ -19,7 +19,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import pandas as pd
 
-from ..study import METRICS, Row, Study, attack_settings, parse_study
+from .spec import METRICS, Row, Study, attack_settings, parse_study
 
 STUDY_FILE = "study.toml"
 ENTRY_FILE = "entry.json"
@@ -107,7 +107,7 @@ BOOTSTRAPPED = {"mce", "relative_mce", "aupr"}  # the summary gives them no inte
 
 def with_bootstrap_interval(line: pd.Series, run_dir: Path, n_boot: int = 1000) -> pd.Series:
     """``line`` with the 95% bootstrap interval of its mCE / AUPR over the run's images (as ``table`` shows)."""
-    from .comparisons import interval_from_records
+    from ..results.tables.comparisons import interval_from_records
 
     line = line.copy()
     line["ci_low"], line["ci_high"] = interval_from_records(line, pd.read_parquet(run_dir / "records.parquet"),
@@ -250,7 +250,7 @@ def render_html(out: Path) -> str:
 
 def write_study_table(out: Path) -> str:
     """Write table.md / table.csv / table.tex into study folder ``out``; return the Markdown."""
-    from .run_files import atomic_write_bytes
+    from ..results.files.run_files import atomic_write_bytes
 
     out = Path(out)
     study, cells, notes = study_cells(out)
@@ -271,7 +271,7 @@ def drop_study_table(out: Path) -> None:
 
 def merge_study(out: Path) -> str:
     """``merge STUDY_DIR``: merge every row's run folder (checking it as ``merge RUN_DIR`` does), then the table."""
-    from .merge import merge
+    from ..results.files.merge import merge
 
     for plan in sorted(Path(out).glob("*/*/*/plan.json")):
         merge(plan.parent)

@@ -48,7 +48,7 @@ from corrupt_tta import corruptions as ctta
 from scipy.ndimage import map_coordinates
 from skimage.filters import gaussian
 
-from .imagenet_info import CORRUPTIONS_15, CORRUPTIONS_EXTRA, SEVERITIES
+from ...core.imagenet_info import CORRUPTIONS_15, CORRUPTIONS_EXTRA, SEVERITIES
 
 REF_SIZE = 224
 ALL_CORRUPTIONS: Tuple[str, ...] = CORRUPTIONS_15 + CORRUPTIONS_EXTRA
@@ -293,7 +293,7 @@ def corrupt_tta_version() -> str:
 
 
 def check_corruption(name: str, severity: int) -> None:
-    from .errors import UserError
+    from ...errors import UserError
 
     if name not in CORRUPTION_FUNCS:
         raise UserError(f"unknown corruption {name!r}; valid: {', '.join(ALL_CORRUPTIONS)}")

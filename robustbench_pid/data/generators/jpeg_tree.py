@@ -4,7 +4,7 @@ No ImageNet is needed to measure what decoding costs: ``build_tree`` writes
 ``root/<wnid>/ILSVRC2012_val_XXXXXXXX.JPEG`` (real wnids, typical validation sizes, quality 90,
 ~75 KB a file), the layout ``--dataset imagenet`` reads; ``decode_rate`` reads it through the
 project's own dataset and transform with a DataLoader of N workers (what ``--workers N`` runs).
-Shared by ``benchmarks/bench_e2e.py`` and ``robustbench-pid doctor``.
+Shared by ``scripts/bench_e2e.py`` and ``robustbench-pid doctor``.
 """
 from __future__ import annotations
 
@@ -53,7 +53,7 @@ def _write_images(root: str, wnids: Sequence[str], seed: int, start: int, stop: 
 def build_tree(root: Path, n: int, seed: int = 0) -> None:
     """``root/<wnid>/ILSVRC2012_val_XXXXXXXX.JPEG``: the layout ``--dataset imagenet`` reads
     (~25 ms an image per core; in processes from 200 images on)."""
-    from .imagenet_info import imagenet_wnids
+    from ...core.imagenet_info import imagenet_wnids
 
     wnids = list(imagenet_wnids())
     procs = max(1, min(16, (os.cpu_count() or 1), n // 200))
@@ -80,7 +80,7 @@ def decode_rate(root: Path, workers: int, batch: int = 32, model_info: Dict[str,
     start-up included (as a run pays it once)."""
     import torch
 
-    from .data import load_dataset
+    from .. import load_dataset
 
     ds = load_dataset("imagenet", root=str(root), model_info=model_info)
     loader = torch.utils.data.DataLoader(ds, batch_size=batch, num_workers=workers, pin_memory=pin_memory)

@@ -14,10 +14,10 @@ from typing import Optional, Union
 import numpy as np
 import pandas as pd
 
-from .conditions import canonical, short_hash
-from ..errors import UserError
-from .inputs import EPS_DECIMALS
-from .verify import verify_file
+from ..conditions import canonical, short_hash
+from ...errors import UserError
+from ..inputs import EPS_DECIMALS
+from ..files.verify import verify_file
 
 CHECK_KEY = ["model", "dataset", "protocol", "attack", "eps", "metric", "condition"]  # condition: e.g. layer=3
 IDENTITY = ["setting", "settings_id", "samples_id", "settings"]
@@ -29,7 +29,7 @@ STRING_COLS = ("dataset", "protocol", "condition", "benchmark") + tuple(IDENTITY
 
 def _match_id(settings: str) -> str:
     """The settings a check matches on: everything but the precision, which ``check`` treats as part
-    of the environment (rounding, not another attack; see ``robustbench_pid.results.check``)."""
+    of the environment (rounding, not another attack; see ``robustbench_pid.results.ci.check``)."""
     if not settings:
         return ""
     if "+" in settings and not settings.startswith("{"):  # a derived row: the identities it combines

@@ -34,15 +34,14 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 import numpy as np
 import pandas as pd
 
-from .baseline import (BASELINE_COLUMNS, CHECK_KEY, ENVIRONMENT, check_update_target, normalize, read_baseline,
-                       sidecar, verdicts_of, write_baseline)
-from .conditions import settings_diff
-from ..errors import UserError
-from .inputs import as_inputs
-from ..labels import eps_text
-from .indicators import INDICATORS
-from .metrics import wilson_interval
-from .stats import newcombe_difference_interval
+from .baseline import (BASELINE_COLUMNS, CHECK_KEY, ENVIRONMENT, check_update_target, normalize, read_baseline, sidecar, verdicts_of, write_baseline)
+from ..conditions import settings_diff
+from ...errors import UserError
+from ..inputs import as_inputs
+from ...core.labels import eps_text
+from ..report.indicators import INDICATORS
+from ..stats.metrics import wilson_interval
+from ..stats.stats import newcombe_difference_interval
 
 MATCH_KEY = ["model", "dataset", "attack", "eps", "metric", "condition"]  # + the settings (protocol included)
 EPS = 1e-6  # absorbs float formatting in the CSV; far below one sample (100/n points)

@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any, Dict, Optional, Tuple
 
-from ..errors import UserError
+from ...errors import UserError
 
 CHECKSUM_KEY = "parquet_sha256"
 OK, UNVERIFIED, MISMATCH, BAD_META = "ok", "unverified", "mismatch", "bad-meta"

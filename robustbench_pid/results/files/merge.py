@@ -15,17 +15,16 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import pandas as pd
 
-from .conditions import add_identity
-from ..errors import UserError
+from ..conditions import add_identity
+from ...errors import UserError
 from .integrity import BAD_META, MISMATCH, UNVERIFIED, raise_bad_unit, read_unit_bytes, sha256_bytes, warn_unverified
 from .verify import EXTRA_FILES, FILES_KEY
 from .units import unit_from_dict, unit_label
-from .store import summarize
+from ..store import summarize
 from .sidecars import merge_sidecars
 from .trace import split_trace
-from .run_files import (HOST, atomic_write_bytes, now, pid_alive, proc_start, read_json, run_lock, unit_done,
-                        write_json, write_parquet_atomic)
-from ..specs import Unit
+from .run_files import (HOST, atomic_write_bytes, now, pid_alive, proc_start, read_json, run_lock, unit_done, write_json, write_parquet_atomic)
+from ...specs import Unit
 
 
 class IncompleteRun(UserError):

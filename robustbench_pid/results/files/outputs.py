@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Union
 
-from ..errors import UserError
+from ...errors import UserError
 from .run_files import atomic_write_bytes
 
 

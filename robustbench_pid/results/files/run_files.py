@@ -20,10 +20,10 @@ from typing import Any, Dict, Optional
 
 import pandas as pd
 
-from ..errors import UserError, write_error
+from ...errors import UserError, write_error
 from .integrity import sha256_bytes
 from .units import content_hash
-from ..specs import RunSpec
+from ...specs import RunSpec
 
 HOST = socket.gethostname()
 

@@ -16,8 +16,8 @@ from typing import Any, Dict, List, Mapping, Sequence
 
 import pandas as pd
 
-from ..errors import UserError
-from ..specs import Unit
+from ...errors import UserError
+from ...specs import Unit
 from .integrity import sha256_bytes
 from .run_files import write_parquet_atomic
 from .units import unit_label

@@ -9,8 +9,8 @@ import hashlib
 import json
 from typing import Any, Dict
 
-from ..specs import Unit
-from .conditions import eps_text_of
+from ...specs import Unit
+from ..conditions import eps_text_of
 
 
 def content_hash(obj: Any) -> str:

@@ -16,7 +16,7 @@ import json
 from pathlib import Path
 from typing import Any, Dict, Iterable, Optional
 
-from ..errors import UserError
+from ...errors import UserError
 from .integrity import sha256_bytes, warn
 
 FILES_KEY = "files_sha256"

@@ -22,11 +22,11 @@ from typing import Any, Dict, List, Optional, Sequence, Union
 import numpy as np
 import pandas as pd
 
-from ..errors import UserError
-from .metrics import Z95
-from .stats import paired_bootstrap
-from .store import load_runs
-from .verify import verify_run_files
+from ...errors import UserError
+from ..stats.metrics import Z95
+from ..stats.stats import paired_bootstrap
+from ..store import load_runs
+from ..files.verify import verify_run_files
 
 FILE = "attention.parquet"
 # metric -> (what it is, the paper claim it tests)

@@ -9,7 +9,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import pandas as pd
 
-from ..labels import eps_text
+from ...core.labels import eps_text
 from .attention import METRICS, last_layer, summarize_attention
 from .plots import FORMATS, _figure, save_figure
 

@@ -17,12 +17,11 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import pandas as pd
 
-from ..labels import eps_text
-from .attention import (METRICS, attention_of_runs, last_layer, paired_attention, summarize_attention,
-                        with_shift_gain)
+from ...core.labels import eps_text
+from .attention import METRICS, attention_of_runs, last_layer, paired_attention, summarize_attention, with_shift_gain
 from .attention_plots import _norms, attention_figures
 from .plots import figure_bytes
-from .render import Table, fmt_p, render_html, render_markdown
+from ..tables.render import Table, fmt_p, render_html, render_markdown
 
 TITLE = "Inside the model under attack"
 # metric -> (the claim, +1 if the claim means a higher value for PID, -1 a lower one)

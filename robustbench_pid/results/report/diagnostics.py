@@ -33,9 +33,9 @@ from typing import Any, Callable, List, Optional
 
 import pandas as pd
 
-from ..labels import eps_text
+from ...core.labels import eps_text
 
-from .conditions import WORST_CASE, with_attack_meta
+from ..conditions import WORST_CASE, with_attack_meta
 
 RUN_KEYS = ["model", "checkpoint_sha256", "dataset", "protocol"]
 
@@ -62,7 +62,7 @@ def _norm(rows: pd.DataFrame) -> str:
 def _tidy(data: pd.DataFrame) -> pd.DataFrame:
     """Tidy top-1 rows of the adversarial benchmark, from records or from tidy results."""
     if "sample_id" in data.columns:  # per-sample records
-        from .store import summarize
+        from ..store import summarize
 
         data = summarize(data)
     if data.empty or "metric" not in data:

@@ -16,10 +16,10 @@ from typing import Dict, Iterator, List, Tuple
 import numpy as np
 import pandas as pd
 
-from .conditions import META_COLUMNS, samples_id
+from ..conditions import META_COLUMNS, samples_id
 from .indicators import AGREEMENT_WARN, INDICATORS, UNCONSTRAINED, sample_flags, why_missing
-from .metrics import wilson_interval
-from .summaries.accuracy import ID_COLUMNS
+from ..stats.metrics import wilson_interval
+from ..summaries.accuracy import ID_COLUMNS
 
 EVIDENCE_METRICS = ("passes_forward", "passes_backward", *INDICATORS, "agreement")
 

@@ -6,7 +6,7 @@ from typing import List, Tuple
 
 import pandas as pd
 
-from ..labels import eps_text
+from ...core.labels import eps_text
 from .evidence_rows import EVIDENCE_METRICS
 from .indicators import INDICATORS
 

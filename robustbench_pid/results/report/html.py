@@ -18,17 +18,17 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import pandas as pd
 
-from ..version import __version__
-from .comparisons import compare_models
+from ...core.version import __version__
+from ..tables.comparisons import compare_models
 from .attention_report import attention_section
 from .diagnostics import diagnose
 from .evidence_report import evidence_section
-from .inputs import AGGREGATE_METRICS, Inputs, as_inputs, attack_norms
-from ..labels import eps_text
-from .outputs import output_file, write_text
+from ..inputs import AGGREGATE_METRICS, Inputs, as_inputs, attack_norms
+from ...core.labels import eps_text
+from ..files.outputs import output_file, write_text
 from .plots import figure_bytes, figures, write_rank_collapse
-from .render import Table, fmt_p, render_html
-from .tables import paper_tables, wide_table
+from ..tables.render import Table, fmt_p, render_html
+from ..tables.layouts import paper_tables, wide_table
 
 CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif;margin:2em auto;max-width:1200px;
@@ -165,16 +165,12 @@ def _comparisons_table(c: pd.DataFrame, title: str) -> Optional[Table]:
 
 
 def build_report(data: Any, title: str = "Robustness report", n_boot: int = 1000,
-                 ce_baseline: Optional[str] = None, study_dir: Optional[Path] = None) -> str:
-    """The report as one HTML string: the inputs are prepared once and every section reads them."""
+                 ce_baseline: Optional[str] = None, first: Sequence[str] = ()) -> str:
+    """The report as one HTML string: the inputs are prepared once and every section reads them.
+    ``first``: HTML sections the caller puts before the tables (``rbp.write_report`` passes a study
+    folder's table with the paper beside it; the study lives above the results layer)."""
     inp = as_inputs(data, ce_baseline=ce_baseline)
-    sections: List[str] = [skipped_notice(inp.runs)]
-    study_dir = study_dir or (Path(data) if isinstance(data, (str, Path)) else None)
-    if study_dir is not None:  # a study folder (reproduce --out): its table with the paper beside it
-        from .study_table import is_study_folder, render_html as study_html
-
-        if is_study_folder(Path(study_dir)):
-            sections.append(study_html(Path(study_dir)))
+    sections: List[str] = [skipped_notice(inp.runs), *first]
     try:
         paper = paper_tables(inp, n_boot=n_boot)
     except Exception as exc:  # noqa: BLE001  (e.g. nothing in paper shape: show the rest)
@@ -222,7 +218,7 @@ def build_report(data: Any, title: str = "Robustness report", n_boot: int = 1000
 
 
 def write_report(data: Any, out: Union[str, Path], title: str = "Robustness report", n_boot: int = 1000,
-                 ce_baseline: Optional[str] = None, study_dir: Optional[Path] = None) -> Path:
+                 ce_baseline: Optional[str] = None, first: Sequence[str] = ()) -> Path:
     p = output_file(out, "report.html")  # checked before the work, written atomically (outputs.py)
-    return write_text(p, build_report(data, title=title, n_boot=n_boot, ce_baseline=ce_baseline, study_dir=study_dir),
+    return write_text(p, build_report(data, title=title, n_boot=n_boot, ce_baseline=ce_baseline, first=first),
                       "report.html")

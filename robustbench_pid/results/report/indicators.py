@@ -2,7 +2,7 @@
 
 Pure functions (numpy/pandas): the torch side (``benchmarks/evidence.py``) measures, these decide.
 Each indicator flags an attacked sample whose result should not be trusted; a condition reports
-the share of its attacked samples flagged (``results/evidence_rows.py``). Definitions and
+the share of its attacked samples flagged (``results/report/evidence_rows.py``). Definitions and
 thresholds, with which parts are the paper's and which are ours: docs/attacks.md.
 
 Per-sample record columns read here (written by the adversarial benchmark):

@@ -15,10 +15,10 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-from ..errors import UserError
-from .conditions import differing_settings, flat_settings
-from .inputs import ACCURACY_METRICS, OOD_DATASETS, as_inputs, norm_of
-from .outputs import output_dir
+from ...errors import UserError
+from ..conditions import differing_settings, flat_settings
+from ..inputs import ACCURACY_METRICS, OOD_DATASETS, as_inputs, norm_of
+from ..files.outputs import output_dir
 
 FORMATS = ("png", "svg")
 
@@ -319,5 +319,5 @@ def write_plots(data: Any, out_dir: Union[str, Path], formats: Sequence[str] = F
     else:
         paths.append(rc)
         if "svg" in formats:
-            notes.append("rank_collapse: PNG only (drawn by robustbench_pid.analysis)")
+            notes.append("rank_collapse: PNG only (drawn by robustbench_pid.probes.rank_collapse)")
     return paths, notes

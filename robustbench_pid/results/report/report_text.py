@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from ..labels import eps_text
+from ...core.labels import eps_text
 from .evidence_rows import EVIDENCE_METRICS
 
 

@@ -39,7 +39,7 @@ def _baseline(baseline: BaselineSpec) -> Dict[str, float]:
     if isinstance(baseline, str):
         if baseline.lower() != "alexnet":
             raise ValueError(f"unknown baseline {baseline!r}: pass 'alexnet' or a mapping corruption -> errors")
-        from ..imagenet_info import ALEXNET_MEAN_ERR
+        from ...core.imagenet_info import ALEXNET_MEAN_ERR
 
         return dict(ALEXNET_MEAN_ERR)
     return {k: _mean_err(v) for k, v in baseline.items()}

@@ -7,7 +7,7 @@ from typing import Iterable, List
 import pandas as pd
 
 from ..conditions import META_COLUMNS, samples_id
-from ..metrics import wilson_interval
+from ..stats.metrics import wilson_interval
 
 # a run's identity: rows of different runs are never pooled
 ID_COLUMNS = ["run_id", "model", "checkpoint_sha256", "dataset", "protocol", "benchmark", "checkpoint_name",

@@ -9,7 +9,7 @@ import pandas as pd
 
 from ..conditions import META_COLUMNS, WORST_CASE, add_identity, combined, worst_case_meta
 from . import summarizers
-from ..evidence_rows import evidence_rows
+from ..report.evidence_rows import evidence_rows
 from .accuracy import ID_COLUMNS, accuracy_rows, concat_rows
 
 

@@ -16,8 +16,8 @@ from typing import Any, Dict, List, Optional, Sequence
 import numpy as np
 import pandas as pd
 
-from ...imagenet_info import ALEXNET_CLEAN_ERR, ALEXNET_MEAN_ERR, CORRUPTIONS_15, SEVERITIES
-from ..metrics import corruption_errors, relative_mean_corruption_error
+from ...core.imagenet_info import ALEXNET_CLEAN_ERR, ALEXNET_MEAN_ERR, CORRUPTIONS_15, SEVERITIES
+from ..stats.metrics import corruption_errors, relative_mean_corruption_error
 from . import summarizers
 from .accuracy import ID_COLUMNS, accuracy_rows, concat_rows, skipped_rows
 

@@ -1,6 +1,6 @@
 """Tidy rows of the ``ood`` benchmark (ImageNet-O): in-distribution accuracy, the unreadable-image
 count, and per run ``aupr``, ``auroc``, ``fpr95`` and ``chance_aupr`` of the anomaly score (OOD is
-the positive class; ``robustbench_pid.results.metrics.ood_detection_metrics``)."""
+the positive class; ``robustbench_pid.results.stats.metrics.ood_detection_metrics``)."""
 from __future__ import annotations
 
 import warnings
@@ -8,7 +8,7 @@ from typing import Optional
 
 import pandas as pd
 
-from ..metrics import ood_detection_metrics
+from ..stats.metrics import ood_detection_metrics
 from . import summarizers
 from .accuracy import ID_COLUMNS, accuracy_rows, concat_rows, skipped_rows
 

@@ -15,12 +15,11 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 import pandas as pd
 
-from ..imagenet_info import CORRUPTIONS_15
-from .inputs import (ACCURACY_METRICS, AGGREGATE_METRICS, CORRUPTION_METRICS, EPS_DECIMALS, as_inputs,
-                     model_order)
-from .metrics import mean_corruption_error
-from .summaries.adversarial import worst_case_records
-from .stats import average_precision, bootstrap_interval, mcnemar_exact, paired_bootstrap
+from ...core.imagenet_info import CORRUPTIONS_15
+from ..inputs import ACCURACY_METRICS, AGGREGATE_METRICS, CORRUPTION_METRICS, EPS_DECIMALS, as_inputs, model_order
+from ..stats.metrics import mean_corruption_error
+from ..summaries.adversarial import worst_case_records
+from ..stats.stats import average_precision, bootstrap_interval, mcnemar_exact, paired_bootstrap
 
 OOD_LABEL_COLUMNS = ("is_ood", "ood", "out_of_distribution", "positive")
 CORRUPTION_CONDITION = re.compile(r"^(?P<corruption>[a-z_]+)/(?P<severity>[1-9])$")

@@ -23,11 +23,10 @@ import numpy as np
 import pandas as pd
 
 from .comparisons import compare_rows, interval_from_records
-from .conditions import differing_settings, flat_settings
-from ..errors import UserError
-from .inputs import (ACCURACY_METRICS, AGGREGATE_METRICS, CORRUPTION_METRICS, EPS_DECIMALS, OOD_DATASETS, Inputs,
-                     as_inputs, model_order, norm_of)
-from ..labels import eps_text, parse_eps
+from ..conditions import differing_settings, flat_settings
+from ...errors import UserError
+from ..inputs import (ACCURACY_METRICS, AGGREGATE_METRICS, CORRUPTION_METRICS, EPS_DECIMALS, OOD_DATASETS, Inputs, as_inputs, model_order, norm_of)
+from ...core.labels import eps_text, parse_eps
 from .render import MISSING, Table, fmt_delta, fmt_p, fmt_value, render
 from .worst_case import worst_case_parts
 

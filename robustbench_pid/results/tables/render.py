@@ -12,7 +12,7 @@ from typing import Any, List, Optional, Sequence
 
 import pandas as pd
 
-from ..errors import UserError
+from ...errors import UserError
 
 FORMATS = ("markdown", "latex", "csv")
 MISSING = "-"

@@ -12,7 +12,7 @@ from typing import List, Set, Tuple
 
 import pandas as pd
 
-from ..labels import eps_text
+from ...core.labels import eps_text
 
 
 def worst_case_parts(text: str, rows: pd.DataFrame, acc: pd.DataFrame,

@@ -1,0 +1,1 @@
+"""Statistics as small pure functions: Wilson intervals, mCE, OOD metrics, paired tests and bootstraps."""
