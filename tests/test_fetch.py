@@ -104,6 +104,8 @@ def test_fetch_url_downloads_verifies_and_refuses_a_mismatch(server, tmp_path: P
     assert "64 hex digits" in capsys.readouterr().err
     assert main(["fetch", f"{url}/missing.pth", "--sha256", sha, "--to", str(tmp_path / "c"), "--quiet"]) == 2
     assert "404" in capsys.readouterr().err and not (tmp_path / "c" / "missing.pth").exists()
+    # no lock file is left beside the downloads, after a download or a refused one (issue 33)
+    assert sorted(p.name for p in tmp_path.rglob("*.lock")) == []
 
 
 def test_a_partial_download_is_resumed_with_a_range_request(server, tmp_path: Path) -> None:

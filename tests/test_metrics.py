@@ -81,3 +81,20 @@ def test_aupr_equals_sklearn_on_random_scores_and_positive_rate_for_constant():
     # perfect separation
     p = ood_detection_metrics([0, 1, 2], [5, 6])
     assert (p["aupr"], p["auroc"], p["fpr95"]) == (100.0, 100.0, 0.0)
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 7, 10, 48, 96, 100, 333, 500, 999, 1000])
+def test_wilson_interval_contains_its_estimate_at_every_count(n):
+    for k in range(n + 1):
+        lo, hi = wilson_interval(k, n)
+        assert 0.0 <= lo <= k / n <= hi <= 1.0, (k, n, lo, hi)
+
+
+def test_wilson_interval_ends_are_exact_at_0_and_100_percent():
+    """Exactly 0.0 below 0% and exactly 1.0 above 100% (issue 33: 3.5e-18 and 1 - 1e-16 broke the error bars)."""
+    for n in range(1, 1001):
+        lo0, hi0 = wilson_interval(0, n)
+        lon, hin = wilson_interval(n, n)
+        assert lo0 == 0.0 and hin == 1.0, n
+        assert 0.0 < hi0 < 1.0 and 0.0 < lon < 1.0, n
+        assert hi0 == pytest.approx(1.0 - lon, abs=1e-12)  # the two are mirror images

@@ -41,7 +41,15 @@ def test_readme_has_the_two_setup_commands_first() -> None:
     blocks = re.findall(r"```bash\n(.*?)```", text, flags=re.S)
     assert blocks[0].strip().startswith("python3 -m venv .venv && .venv/bin/pip install -e")
     assert blocks[0].strip().endswith(".venv/bin/evaluate --model pid_deit --attack pgd")
-    assert blocks[1].strip() == ".venv/bin/python -m pytest"
+    assert blocks[1].strip() == ".venv/bin/python -m pytest -n auto"  # every core (pytest-xdist, a test dependency)
+
+
+def test_ci_runs_the_readme_test_command() -> None:
+    """``.ci/run`` runs README's second command as written (plus quiet output and no cache folder)."""
+    blocks = re.findall(r"```bash\n(.*?)```", (ROOT / "README.md").read_text(), flags=re.S)
+    ci = [ln.strip() for ln in (ROOT / ".ci" / "run").read_text().splitlines() if "-m pytest" in ln]
+    assert ci == [blocks[1].strip() + " -q -p no:cacheprovider"]
+    assert "pytest-xdist" in (ROOT / "pyproject.toml").read_text()
 
 
 def test_every_readme_command_runs_as_written(tmp_path: Path) -> None:

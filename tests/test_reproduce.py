@@ -214,3 +214,14 @@ def test_imagenet_c_error_matrix_pairs_conditions_by_image():
     images, conditions, err = corruption_error_matrix(pd.DataFrame(rows))
     assert list(images) == [f"n01/img_{i}.JPEG" for i in range(3)] and len(conditions) == 75
     assert err.shape == (3, 75) and err[0, conditions.index("fog/1")] == 1.0 and err[1, conditions.index("fog/1")] == 0.0 == err[0, conditions.index("fog/2")]
+
+
+@pytest.mark.parametrize("bad", [["--shard", "3/2"], ["--shard", "x"], ["--batch-size", "0"], ["--workers", "-1"]])
+def test_a_refused_argument_leaves_no_study_folder_behind(tmp_path, capsys, bad):
+    """Every argument is checked before study.toml and entry.json are written (issue 33)."""
+    out = tmp_path / "study"
+    assert main(["reproduce", "digits-smoke", "--model", "deit", "--limit", "4", "--quiet", "--out", str(out),
+                 *bad]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error:") and err.count("\n") == 1
+    assert not out.exists()

@@ -9,7 +9,9 @@ Bytes go to ``DIR/FILE.part``; a later call resumes it with ``Range: bytes=<size
 answers 200 instead of 206 sends the whole file again, and the part is restarted). Once complete, the
 file's sha256 is checked against the full hash or the hash prefix; only a match is renamed to
 ``DIR/FILE``. A mismatch deletes the part (resuming a wrong file cannot fix it) and leaves nothing under
-the final name. A lock file keeps two fetches of one file from writing the same part.
+the final name. A lock keeps two fetches of one file from writing the same part; its file lives in the
+temp folder (``robustbench_pid-locks/``, named by a hash of the destination), never beside the downloads,
+where filelock would leave an empty ``.lock`` (it does not delete lock files: that would race).
 """
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ import hashlib
 import http.client
 import os
 import re
+import tempfile
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -35,6 +38,13 @@ def check_hash_arg(value: str) -> str:
         raise CheckpointError(f"--sha256 {value!r}: expected the file's sha256 (64 hex digits) or at least its "
                               f"first 8 hex digits")
     return v
+
+
+def _lock_path(final: Path) -> Path:
+    """The lock file of one destination: in the temp folder, so the download folder holds only downloads."""
+    locks = Path(tempfile.gettempdir()) / "robustbench_pid-locks"
+    locks.mkdir(exist_ok=True)
+    return locks / (hashlib.sha256(str(final.resolve()).encode()).hexdigest()[:24] + ".lock")
 
 
 def sha256_of(path: Path) -> str:
@@ -112,7 +122,9 @@ def download(url: str, dest_dir: Path, name: Optional[str] = None, *, sha256: st
     from filelock import FileLock, Timeout
 
     try:
-        with FileLock(str(dest_dir / f"{name}.lock"), timeout=1):
+        with FileLock(str(_lock_path(final)), timeout=1):
+            if final.is_file() and sha256_of(final).startswith(sha256):  # another fetch finished it meanwhile
+                return final
             try:
                 _transfer(url, part, progress, timeout)
             except (urllib.error.URLError, http.client.HTTPException, OSError) as exc:

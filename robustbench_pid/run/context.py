@@ -248,12 +248,9 @@ def unit_rng(seed: int, device: torch.device) -> Iterator[None]:
             np.random.set_state(np_state)
 
 
-def prepare(spec: RunSpec, model: Optional[torch.nn.Module] = None, data: Any = None) -> Context:
-    """Validate the spec, load model and data (everything that can fail fast fails here).
-
-    ``model``/``data``: objects already made the runner's own (``objects.wrap_model`` /
-    ``objects.as_data``: copies, never the caller's) used instead of the spec's names.
-    """
+def check_arguments(spec: RunSpec, data: Any = None) -> torch.device:
+    """The spec's arguments, checked without loading anything or writing anything (``reproduce`` checks
+    every row this way before it writes its folder); the device they run on."""
     if spec.protocol not in PROTOCOLS:
         raise UserError(f"unknown protocol {spec.protocol!r}; valid: {', '.join(PROTOCOLS)}")
     if spec.batch_size < 0 or spec.chunk_size < 1:
@@ -265,11 +262,23 @@ def prepare(spec: RunSpec, model: Optional[torch.nn.Module] = None, data: Any = 
     launch(spec.shard)  # malformed --shard / environment -> clear error before loading anything
     get_benchmark(spec.benchmark)  # unknown benchmark -> clear error
     check_options(spec.benchmark, spec.benchmark_options)  # unknown --bench-opt key -> clear error
-    info = dataset_info(spec.dataset) if data is None else None
+    if data is None:
+        dataset_info(spec.dataset)  # unknown dataset -> clear error
     device = pick_device(spec.device)
     check_precision(device, spec.precision)
     if spec.batch_size == 0 and device.type != "cuda":
         raise UserError("--batch-size 0 (find automatically) needs a GPU; on CPU give a number, e.g. --batch-size 64")
+    return device
+
+
+def prepare(spec: RunSpec, model: Optional[torch.nn.Module] = None, data: Any = None) -> Context:
+    """Validate the spec, load model and data (everything that can fail fast fails here).
+
+    ``model``/``data``: objects already made the runner's own (``objects.wrap_model`` /
+    ``objects.as_data``: copies, never the caller's) used instead of the spec's names.
+    """
+    device = check_arguments(spec, data)
+    info = dataset_info(spec.dataset) if data is None else None
     if model is None:
         model = load_model(spec.model, spec.checkpoint, spec.dataset, allow_pickle=spec.allow_pickle,
                            strict=spec.strict, checkpoint_dir=spec.checkpoint_dir, **spec.arch_kwargs)

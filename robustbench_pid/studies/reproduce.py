@@ -189,12 +189,16 @@ def reproduce(plan: StudyPlan, **opts: Any) -> Optional[str]:
     """Run every row of ``plan`` that can run; the table's Markdown once every row is complete, else None."""
     from ..run.runner import run
 
+    from ..run.context import check_arguments
+
     report_missing(plan)
-    prepare_folder(plan, opts.get("checkpoint"))
     rows = [r for r in plan.rows if r.name not in plan.missing]
     specs = [(r, row_spec(plan, r, **dict(opts))) for r in rows]  # every row's settings checked before any work
+    for r, spec in specs:  # --shard, --batch-size, --workers ...: refused before anything is written
+        check_arguments(spec)
     for r, spec in specs:  # one configuration per row folder, refused before any row runs (one_config.py)
         check_spec_fits_folder(spec.out, spec.as_dict())
+    prepare_folder(plan, opts.get("checkpoint"))  # only now: nothing is written for a command that is refused
     drop_study_table(plan.out)  # stale from here on; written again below once every row is complete
     for i, (r, spec) in enumerate(specs):
         if not spec.quiet:

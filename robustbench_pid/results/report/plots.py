@@ -252,7 +252,9 @@ def plot_accuracy_vs_cost(data: Any, ce_baseline: Optional[str] = None):
         sub = both[both["eps_key"] == eps_key]
         for i, ((label, attack), s) in enumerate(sub.groupby(["label", "attack"], sort=True)):
             s = s.sort_values("passes")
-            ax.errorbar(s["passes"], s["value"], yerr=[s["value"] - s["ci_low"], s["ci_high"] - s["value"]],
+            # clipped: a tidy CSV written before wilson_interval's ends were exact can hold a bound 1e-16 past its point
+            err = np.clip([s["value"] - s["ci_low"], s["ci_high"] - s["value"]], 0.0, None)
+            ax.errorbar(s["passes"], s["value"], yerr=err,
                         marker="o", ms=3.5, capsize=2, color=f"C{i % 10}", label=f"{label} · {attack}")
         first = sub.iloc[0]
         linf = norm_of(sub, str(first["attack"])) == "linf"

@@ -17,7 +17,11 @@ def wilson_interval(successes: int, n: int, z: float = Z95) -> Tuple[float, floa
     denom = 1 + z * z / n
     centre = (p + z * z / (2 * n)) / denom
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
-    return (max(0.0, centre - half), min(1.0, centre + half))
+    # the ends are exact at 0 and n (centre - half is 0 and centre + half is 1 in exact arithmetic, 3.5e-18 and
+    # 1 - 1e-16 in floats), and the interval always contains its estimate (plots draw p - lo and hi - p as bars)
+    lo = 0.0 if successes <= 0 else min(p, max(0.0, centre - half))
+    hi = 1.0 if successes >= n else max(p, min(1.0, centre + half))
+    return (lo, hi)
 
 
 # --------------------------------------------------------------------------- corruption robustness
