@@ -53,5 +53,5 @@ def test_constants_match_shared_facts():
 def test_o_list_is_package_data():
     from importlib import resources
 
-    text = (resources.files("robustbench_pid") / "_data" / "imagenet_o_wnids.txt").read_text()
+    text = (resources.files("robustbench_pid.core") / "_data" / "imagenet_o_wnids.txt").read_text()
     assert ii.list_sha256(text.split()) == SHA["imagenet_o_wnids"]

@@ -19,7 +19,8 @@ import pytest
 import robustbench_pid as rbp
 
 PKG = Path(rbp.__file__).resolve().parent
-VIEW = ["labels"] + sorted(str(p.relative_to(PKG).with_suffix("")) for p in (PKG / "results").rglob("*.py"))
+VIEW = ["core/labels", "studies/table", "studies/report"] + sorted(
+    str(p.relative_to(PKG).with_suffix("")) for p in (PKG / "results").rglob("*.py"))
 VERBS = ["table", "check", "plot", "report"]
 HEAVY = ("torch", "timm", "torchvision")
 
