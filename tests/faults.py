@@ -16,7 +16,7 @@ def fail_write(monkeypatch, at: int, err: int = errno.ENOSPC, only: Optional[str
     """From now on, the ``at``-th write (1-based; counting only targets whose name contains
     ``only``) raises ``OSError(err)``. Returns the list of target names written or attempted, in
     order, so a test can also check which files a step writes and in which order."""
-    from robustbench_pid.results import run_files
+    from robustbench_pid.results.files import run_files
 
     real = run_files._write_file
     seen: List[str] = []

@@ -311,7 +311,7 @@ def test_output_paths_of_the_wrong_kind_are_one_error_line_without_debris(base_r
 def test_a_failed_report_write_leaves_no_tmp(base_run: Path, tmp_path: Path, monkeypatch) -> None:
     import errno
 
-    from robustbench_pid.results import run_files
+    from robustbench_pid.results.files import run_files
 
     def full(tmp, data, durable):
         Path(tmp).write_bytes(data[:100])
@@ -347,8 +347,8 @@ def test_readme_describes_ci_run_step_by_step() -> None:
     assert any("--upgrade pip" in s for s in steps) and "upgrades pip in it" in readme
     assert any(s.endswith('pip install -q -e ".[test]"') for s in steps)
     assert 'runs the first command\'s install part (`pip install -e ".[test]"`, not its `evaluate`' in readme
-    assert any(s.endswith("python -m pytest -q -p no:cacheprovider") for s in steps)
-    assert "command as `python -m pytest -q -p no:cacheprovider`" in readme
+    assert any(s.endswith("python -m pytest -n auto -q -p no:cacheprovider") for s in steps)
+    assert "command as `.venv/bin/python -m pytest -n auto -q -p no:cacheprovider`" in readme
     assert "does exactly these two steps" not in readme
     assert not any("evaluate" in s for s in steps)  # README says it skips the evaluate
 
