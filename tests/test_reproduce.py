@@ -194,6 +194,14 @@ dataset = "digits"
 benchmark = "cost"
 metrics = ["params_m", "flops_per_sample", "sec_per_sample_test"]
 published."DeiT" = { params_m = 5.2, flops_per_sample = 1.0, sec_per_sample_test = 0.01 }
+[[row]]
+name = "macs"
+label = "Multiply-adds"
+dataset = "digits"
+benchmark = "cost"
+metrics = ["gmac_per_sample"]
+note = "made-up unit note."
+published."DeiT" = { gmac_per_sample = 0.01 }
 ''')
     out = tmp_path / "c"
     assert main(["reproduce", str(mine), "--model", "deit", "--limit", "8", "--batch-size", "8", "--quiet",
@@ -203,6 +211,12 @@ published."DeiT" = { params_m = 5.2, flops_per_sample = 1.0, sec_per_sample_test
     params = sum(p.numel() for p in rbp.load_model("deit").parameters())
     assert t.loc["params_m", "value"] == pytest.approx(params / 1e6, abs=1e-6) and t.loc["params_m", "n"] == 8
     assert t.loc["flops_per_sample", "value"] > 1e6 and t.loc["sec_per_sample_test", "value"] > 0
+    # GMAC per image: the run's multiply-adds (half its FLOPs) in 10^9, beside the published value, the row's note
+    summary = pd.read_csv(out / "deit@DeiT" / "standard" / "macs" / "summary.csv").set_index("metric")
+    assert t.loc["gmac_per_sample", "value"] == pytest.approx(summary.loc["macs_per_sample", "value"] / 1e9, abs=1e-6)
+    assert summary.loc["flops_per_sample", "value"] == 2 * summary.loc["macs_per_sample", "value"]
+    assert summary.loc["macs_per_sample", "value_unit"] == "MAC" and t.loc["gmac_per_sample", "paper"] == 0.01
+    assert "Multiply-adds: made-up unit note." in (out / "table.md").read_text()
 
 
 def test_imagenet_c_error_matrix_pairs_conditions_by_image():

@@ -15,6 +15,7 @@
     attack = { name = "pgd", eps = "3/255", steps = 20 }   # adversarial rows: one attack setting
     metrics = ["top1", "top5"]         # in the paper's order
     published."PID DeiT" = { top1 = 15.08, top5 = 39.69 }  # per column and metric; omit for none
+    note = "..."                       # optional: one line the table prints (e.g. the paper's unit)
 
 A row either declares no published value (a figure without printed numbers) or one for every
 column and metric. Everything is checked: an unknown key, column, dataset, benchmark, attack or
@@ -40,12 +41,13 @@ from ..errors import UserError
 STUDIES_DIR = Path(__file__).resolve().parent  # the *.toml files beside this module
 TOP_KEYS = {"title", "source", "protocol", "description", "column", "row"}
 COLUMN_KEYS = {"name", "model", "model_args"}
-ROW_KEYS = {"name", "label", "dataset", "benchmark", "attack", "metrics", "published"}
+ROW_KEYS = {"name", "label", "dataset", "benchmark", "attack", "metrics", "published", "note"}
 # metric name -> how the paper labels it; "corrupted_top1" is 100 - mean_err (IN-C top-1 over 15 x 5),
-# "params_m" the cost benchmark's "params" in millions
+# "params_m" the cost benchmark's "params" in millions, "gmac_per_sample" its "macs_per_sample" in 10^9
 METRICS = {"top1": "Top-1 Acc (%)", "top5": "Top-5 Acc (%)", "mce": "mCE (↓)", "relative_mce": "relative mCE (↓)",
            "corrupted_top1": "Top-1 Acc (%)", "mean_err": "mean error (↓)", "aupr": "AUPR", "auroc": "AUROC",
-           "fpr95": "FPR at 95% TPR (↓)", "params_m": "Parameters (M)", "flops_per_sample": "FLOPs / sample",
+           "fpr95": "FPR at 95% TPR (↓)", "params_m": "Parameters (M)", "flops_per_sample": "FLOPs / sample (2 per multiply-add)",
+           "macs_per_sample": "MACs / sample", "gmac_per_sample": "GMAC / image",
            "sec_per_sample_train": "Sec/Sample (Training)", "sec_per_sample_test": "Sec/Sample (Test)",
            "peak_mem_train_mb": "Memory, MiB (Training)", "peak_mem_test_mb": "Memory, MiB (Test)"}
 LOWER_IS_BETTER = {"mce", "relative_mce", "mean_err", "fpr95"}
@@ -67,6 +69,7 @@ class Row:
     benchmark: Optional[str] = None
     attack: Optional[Dict[str, Any]] = None  # {"name": ..., settings...} as written (eps may be "a/b")
     published: Optional[Dict[str, Dict[str, float]]] = None  # column -> metric -> value
+    note: str = ""  # one line the table prints under it (e.g. how the paper's unit is read)
 
 
 @dataclass(frozen=True)
@@ -195,7 +198,7 @@ def _rows(data: Dict[str, Any], path: Path, cols: List[Column]) -> List[Row]:
             raise UserError(f"{where}: key 'attack' must be a table with a 'name', e.g. {{ name = \"pgd\", eps = \"3/255\" }}")
         rows.append(Row(name, _str(e, "label", where), _str(e, "dataset", where), list(metrics),
                         _str(e, "benchmark", where, required=False) or None, dict(attack) if attack else None,
-                        _published(e, list(metrics), cols, where)))
+                        _published(e, list(metrics), cols, where), _str(e, "note", where, required=False)))
     names = [r.name for r in rows]
     dup = sorted({n for n in names if names.count(n) > 1})
     if dup:

@@ -81,7 +81,8 @@ def _num(v: Any) -> Optional[float]:
 
 def pick(summary: pd.DataFrame, row: Row, metric: str) -> Optional[pd.Series]:
     """The summary line that is ``metric`` of ``row`` (its attack at its eps, or the clean pass)."""
-    derived = {"corrupted_top1": ("mean_err", lambda v: 100.0 - v), "params_m": ("params", lambda v: v / 1e6)}
+    derived = {"corrupted_top1": ("mean_err", lambda v: 100.0 - v), "params_m": ("params", lambda v: v / 1e6),
+               "gmac_per_sample": ("macs_per_sample", lambda v: v / 1e9)}
     if metric in derived:
         source, fn = derived[metric]
         m = pick(summary, row, source)
@@ -193,8 +194,9 @@ def _grid(study: Study, cells: List[Cell]) -> Tuple[List[str], List[List[str]]]:
 
 
 def _legend(study: Study) -> str:
+    notes = "".join(f" {r.label}: {r.note}" for r in study.rows if r.note)
     return (f"{MARK}: the published value lies outside this run's 95% interval. Source: {study.source}. "
-            f"Rows without a published value: the paper prints none.")
+            f"Rows without a published value: the paper prints none.{notes}")
 
 
 def render_markdown(study: Study, cells: List[Cell], notes: List[str]) -> str:

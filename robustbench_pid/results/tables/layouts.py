@@ -318,6 +318,9 @@ def long_table(data: Any, records: Optional[pd.DataFrame] = None, ce_baseline: O
     })
     if (df["condition"] != "").any():
         out.insert(6, "condition", df["condition"].to_numpy())
+    units = df["value_unit"].fillna("").astype(str) if "value_unit" in df else None  # the cost benchmark's
+    if units is not None and (units != "").any():
+        out.insert(out.columns.get_loc("value") + 1, "unit", units.to_numpy())
     return Table(out.reset_index(drop=True), "", inp.notes)
 
 
