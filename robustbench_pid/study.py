@@ -327,4 +327,6 @@ def format_studies() -> str:
         for r in s.rows:
             pub = "published" if r.published else "no published value"
             out.append(f"    {r.name:12s} {r.label:14s} {', '.join(r.metrics):20s} {row_setting(r)}  [{pub}]")
+        for pair in s.pairs:
+            out.append(f"    claim: {pair.method} vs {pair.baseline} ({pair.source})")
     return "\n".join(out)

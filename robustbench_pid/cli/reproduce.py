@@ -75,7 +75,24 @@ def _checkpoints(args: argparse.Namespace) -> Dict[str, Optional[str]]:
     if unknown:
         raise UserError(f"--checkpoint {unknown[0]}=...: {unknown[0]!r} is no column's model in study "
                         f"{args.study!r}; models: {', '.join(models)}")
-    return {m: ck.get(m) for m in models}
+    out = {m: ck.get(m) for m in models}
+    _check_weights(args.study, out)
+    return out
+
+
+def _check_weights(study_name: str, checkpoints: Dict[str, Optional[str]]) -> None:
+    """Every column's model has weights for every dataset family the study uses, before any column runs."""
+    from ..data import dataset_info
+    from ..models.zoo import resolve_model
+    from ..study import load_study
+
+    families = sorted({dataset_info(r.dataset).family for r in load_study(study_name).rows})
+    for model, ck in checkpoints.items():
+        for family in families:
+            try:
+                resolve_model(model, family, ck)
+            except UserError as exc:
+                raise UserError(f"{exc} (with --all-columns: --checkpoint {model}=PATH)") from None
 
 
 def run(args: argparse.Namespace) -> int:
