@@ -65,10 +65,11 @@ def weights_table() -> str:
 # --- the claims audit -------------------------------------------------------------------------------------
 def _cells():
     from robustbench_pid.results.study_pairs import pair_cells
+    from robustbench_pid.results.study_table import entries
     from robustbench_pid.study import parse_study
 
     study = parse_study(CLAIMS_RUN / "study.toml", name="claims-digits")
-    cells, notes = pair_cells(CLAIMS_RUN, study)
+    cells, notes = pair_cells(CLAIMS_RUN, study, entries(CLAIMS_RUN))
     return study, cells, notes
 
 

@@ -14,7 +14,7 @@ from robustbench_pid.cli import main
 from robustbench_pid.errors import UserError
 from robustbench_pid.models.zoo import zoo
 from robustbench_pid.results.stats import paired_difference_interval
-from robustbench_pid.results.study_pairs import read_pairs
+from robustbench_pid.results.study_table import read_pairs
 from robustbench_pid.study import attack_settings, load_study, parse_study
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -68,3 +68,21 @@ def test_evaluate_pgd_runs_out_of_the_box(alias: str, tmp_path: Path) -> None:
     pgd = s[(s["attack"] == "pgd") & (s["metric"] == "top1")]
     assert len(pgd) == 1 and int(pgd["n"].iloc[0]) == 6
     assert s["checkpoint_sha256"].iloc[0] == read_manifest()[embedded_name(alias)]["sha256"]
+
+
+def test_docs_quote_the_manifest_and_the_claims_reference_run_measured_the_same_files() -> None:
+    """README / docs/models.md / docs/claims.md blocks are docs/generate_zoo.py's rendering; the reference run's
+    clean row used each embedded file (sha256) and measured its manifest clean top-1 on all 360 digits."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("generate_zoo", ROOT / "docs" / "generate_zoo.py")
+    gen = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gen)
+    assert gen.stale_blocks() == []
+    man = read_manifest()
+    for alias in ALIASES:
+        (clean,) = gen.CLAIMS_RUN.glob(f"{alias}@*/paper/clean/summary.csv")
+        s = pd.read_csv(clean)
+        s = s[(s["attack"] == "clean") & (s["metric"] == "top1")].iloc[0]
+        assert int(s["n"]) == 360 and s["checkpoint_sha256"] == man[embedded_name(alias)]["sha256"], alias
+        assert f"{s['value']:.4f}" == f"{100 * man[embedded_name(alias)]['clean_test_top1']:.4f}", alias

@@ -18,7 +18,7 @@ import io
 import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import pandas as pd
 
@@ -80,12 +80,10 @@ def row_verdicts(run_dir: Path, row: Row) -> Optional[pd.Series]:
     return rec.drop_duplicates("sample_id").set_index("sample_id")["correct_top1"].astype(bool)
 
 
-def _entry_dirs(out: Path, study: Study) -> Dict[str, Path]:
+def _entry_dirs(entries: List[Dict[str, Any]], study: Study) -> Dict[str, Path]:
     """Column name -> its entry folder (the entry run with the column's own model when several share it)."""
-    from .study_table import entries
-
     found: Dict[str, Path] = {}
-    for e in entries(out):
+    for e in entries:
         col = e.get("column")
         if col is None:
             continue
@@ -100,9 +98,11 @@ def _protocols(a: Path, b: Path, first: str) -> List[str]:
     return sorted(both, key=lambda p: (p != first, p))
 
 
-def pair_cells(out: Path, study: Study) -> Tuple[List[PairCell], List[str]]:
-    """Every (pair, protocol, row) both columns have, and notes on what is missing."""
-    dirs = _entry_dirs(Path(out), study)
+def pair_cells(out: Path, study: Study, entries: List[Dict[str, Any]]) -> Tuple[List[PairCell], List[str]]:
+    """Every (pair, protocol, row) both columns have, and notes on what is missing.
+
+    ``entries``: the study folder's (model, column) entries (``study_table.entries``), each with its ``dir``."""
+    dirs = _entry_dirs(entries, study)
     cells: List[PairCell] = []
     notes: List[str] = []
     for p in study.pairs:
@@ -168,23 +168,13 @@ def render_pairs_csv(cells: List[PairCell]) -> str:
     return buf.getvalue()
 
 
-def read_pairs(out: Path) -> pd.DataFrame:
-    """The pair table of a study folder as a DataFrame (recomputed from its runs)."""
-    from .study_table import STUDY_FILE
-    from ..study import parse_study
-
-    study = parse_study(Path(out) / STUDY_FILE)
-    cells, _ = pair_cells(out, study)
-    return pd.DataFrame([{**asdict(c), "verdict": c.verdict} for c in cells])
-
-
-def write_pairs(out: Path, study: Study) -> Optional[str]:
+def write_pairs(out: Path, study: Study, entries: List[Dict[str, Any]]) -> Optional[str]:
     """Write pairs.md / pairs.csv when the study has pairs; return the Markdown (None without pairs)."""
     from .run_files import atomic_write_bytes
 
     if not study.pairs:
         return None
-    cells, notes = pair_cells(out, study)
+    cells, notes = pair_cells(out, study, entries)
     md = render_pairs_markdown(study, cells, notes)
     atomic_write_bytes(Path(out) / PAIRS_MD, md.encode(), durable=False)
     atomic_write_bytes(Path(out) / PAIRS_CSV, render_pairs_csv(cells).encode(), durable=False)

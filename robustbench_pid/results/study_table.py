@@ -260,8 +260,19 @@ def write_study_table(out: Path) -> str:
         atomic_write_bytes(out / name, text.encode(), durable=False)
     from .study_pairs import write_pairs
 
-    pairs = write_pairs(out, study)  # a study with [[pair]] claims: the paired differences too
+    pairs = write_pairs(out, study, entries(out))  # a study with [[pair]] claims: the paired differences too
     return md + ("\n" + pairs if pairs else "")
+
+
+def read_pairs(out: Path) -> pd.DataFrame:
+    """A study folder's pair table (``[[pair]]`` claims) as a DataFrame, recomputed from its runs."""
+    from dataclasses import asdict
+
+    from .study_pairs import pair_cells
+
+    study = parse_study(Path(out) / STUDY_FILE)
+    cells, _ = pair_cells(out, study, entries(out))
+    return pd.DataFrame([{**asdict(c), "verdict": c.verdict} for c in cells])
 
 
 def drop_study_table(out: Path) -> None:
