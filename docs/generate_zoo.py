@@ -27,8 +27,15 @@ ROOT = Path(__file__).resolve().parents[1]
 CLAIMS_RUN = ROOT / "docs" / "runs" / "claims-digits"
 REFERENCE = ["reproduce", "claims-digits", "--all-columns", "--chunk-size", "120", "--quiet",
              "--out", "docs/runs/claims-digits"]
-IMAGENET_COMMAND = ("robustbench-pid reproduce claims-imagenet --all-columns --data-root /datasets "
-                    "--checkpoint deit=deit_tiny.pth --checkpoint pid_deit=pid_deit_tiny.pth ...")
+
+
+def imagenet_command() -> str:
+    """The ImageNet audit: one --checkpoint MODEL=PATH per column of claims-imagenet (placeholder paths)."""
+    from robustbench_pid.study import load_study
+
+    models = list(dict.fromkeys(c.model for c in load_study("claims-imagenet").columns))
+    flags = " \\\n    ".join(f"--checkpoint {m}=/checkpoints/{m}.pth" for m in models)
+    return f"robustbench-pid reproduce claims-imagenet --all-columns --data-root /datasets \\\n    {flags}"
 
 
 def _manifest() -> Dict[str, dict]:
@@ -78,8 +85,10 @@ def _eps(label: str) -> str:
 
 
 def verdict(cells: Sequence) -> Tuple[str, str]:
-    """(holds | shrinks | vanishes | reverses, the PGD-20 eps where the gain is significant)."""
+    """(holds | shrinks | vanishes | reverses | incomplete, the PGD-20 eps where the gain is significant)."""
     pgd = [c for c in cells if c.row.startswith("pgd-")]
+    if len(pgd) < 6:
+        return "incomplete", f"{len(pgd)} of 6 PGD-20 eps run"
     gains = [_eps(c.label) for c in pgd if c.verdict == "gain"]
     losses = [_eps(c.label) for c in pgd if c.verdict == "loss"]
     if losses and not gains:
@@ -137,20 +146,22 @@ def sentence(claim: str, group: Sequence) -> str:
                      "eps 1..6/255",
             "shrinks": f"the gain shrinks: significant under PGD-20 only at {where}",
             "vanishes": "the gain vanishes: no PGD-20 eps shows a significant difference",
-            "reverses": f"the gain reverses: the method is significantly worse under PGD-20 at {where}"}[v]
+            "reverses": f"the gain reverses: the method is significantly worse under PGD-20 at {where}",
+            "incomplete": f"no verdict: only {where} in the reference run"}[v]
     clean = row.get("clean")
     return (f"**{claim}** ({c0.source}; {c0.method} vs {c0.baseline}): on digits, paper protocol, {what}. "
             f"PGD-20 differences range from {_dci(lo)} ({lo.label}) to {_dci(hi)} ({hi.label}); FGSM: significant "
             f"gain at {fgsm_gains} of 6 eps; clean: {_dci(clean) if clean else '—'}.")
 
 
-CAVEAT = ("These are 32 px digits models (4 blocks, width 64 to 96, trained minutes on a CPU): a gain that holds, "
+CAVEAT = ("These are 32 px digits models (4 blocks of width 64, 0.13M to 0.25M parameters, trained for minutes "
+          "on a CPU): a gain that holds, "
           "shrinks or vanishes here says nothing certain about the ImageNet models the papers trained. The same "
           "audit on ImageNet checkpoints (no PID or RPC checkpoint is published; bring your own, one per column):")
 
 
 def caveat_block() -> str:
-    return f"{CAVEAT}\n\n```bash\n{IMAGENET_COMMAND}\n```"
+    return f"{CAVEAT}\n\n```bash\n{imagenet_command()}\n```"
 
 
 # block id -> (doc, renderer)

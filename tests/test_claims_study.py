@@ -95,7 +95,7 @@ def test_pair_table_on_a_small_limit_matches_the_records(tmp_path: Path, capsys)
     assert read_pairs(out)[["row", "diff", "pvalue"]].round(6).equals(pairs[["row", "diff", "pvalue"]].round(6))
     md = (out / "pairs.md").read_text()
     assert f"{line['diff']:+.2f} [{line['ci_low']:+.2f}, {line['ci_high']:+.2f}]" in md
-    assert "PID-FAN is more robust than FAN: column(s) 'FAN', 'PID-FAN' not run" in md
+    assert "PID-FAN is more robust than FAN: column(s) 'FAN', 'PID-FAN' not run\n" in md
 
 
 def test_reproduce_all_columns_refuses_mixed_or_missing_choices(capsys) -> None:

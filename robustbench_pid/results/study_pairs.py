@@ -108,7 +108,7 @@ def pair_cells(out: Path, study: Study, entries: List[Dict[str, Any]]) -> Tuple[
     for p in study.pairs:
         missing = [c for c in (p.baseline, p.method) if c not in dirs]
         if missing:
-            notes.append(f"{p.claim}: column(s) {', '.join(map(repr, missing))} not run in {out}")
+            notes.append(f"{p.claim}: column(s) {', '.join(map(repr, missing))} not run")
             continue
         for proto in _protocols(dirs[p.baseline], dirs[p.method], study.protocol):
             for r in study.rows:
