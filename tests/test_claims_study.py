@@ -108,3 +108,23 @@ def test_reproduce_all_columns_refuses_mixed_or_missing_choices(capsys) -> None:
     assert main(["reproduce", "claims-imagenet", "--all-columns", "--data-root", str(ROOT)]) == 2
     err = capsys.readouterr().err
     assert "needs weights" in err and "--checkpoint" in err
+
+
+def test_a_further_evaluation_folder_is_its_own_group_of_pair_lines(tmp_path: Path) -> None:
+    """The hook for converged values: run folders under <entry>/<variant>/<row>/ (here a copy of the paper ones)
+    enter the pair table as their own group, after the study's protocol, without any change to the table code."""
+    import shutil
+
+    from robustbench_pid.run.study import plan_study
+
+    out = tmp_path / "claims"
+    for model in ("deit", "pid_deit"):
+        assert main(["reproduce", "claims-digits", "--model", model, "--only", "clean", "--limit", "8", "--quiet",
+                     "--out", str(out)]) == 0
+        plan = plan_study("claims-digits", model, out=str(out))
+        plan.variant = "converged"
+        assert plan.row_dir(plan.study.row("clean")) == plan.entry / "converged" / "clean"
+        shutil.copytree(plan.entry / "paper", plan.entry / "converged")
+    pairs = read_pairs(out)
+    assert list(pairs["protocol"]) == ["paper", "converged"] and list(pairs["row"]) == ["clean", "clean"]
+    assert pairs["diff"].iloc[0] == pairs["diff"].iloc[1]
