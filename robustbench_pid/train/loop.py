@@ -126,6 +126,7 @@ def _train(model: str, recipe: Recipe, out_dir: Optional[Path], log: Any, limit:
     path = out_dir / f"{name}.safetensors"
     tmp = path.with_suffix(".safetensors.tmp")
     save_file({k: v.contiguous() for k, v in net.state_dict().items()}, str(tmp))
+    tmp.chmod(0o644)  # safetensors writes owner-only; the file ships to every user
     tmp.replace(path)
     import sklearn
     import timm
