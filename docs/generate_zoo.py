@@ -113,8 +113,16 @@ def claims_block() -> str:
         if c.protocol == study.protocol:
             by.setdefault(c.claim, []).append(c)
     n = sorted({c.n for c in cells})
+    from robustbench_pid.results.study_table import entries
+
+    ran = [e["model"] for e in entries(CLAIMS_RUN)]
+    absent = [c.model for c in study.columns if c.model not in ran]
+    scope = (f"All {len(ran)} columns ran." if not absent else
+             f"Columns in the committed run: {', '.join(f'`{m}`' for m in ran)}; not run (CPU time on the 2 shared "
+             f"cores of the machine that made it): {', '.join(f'`{m}`' for m in absent)}, so their claims have no line "
+             f"below. The same command completes the run (it resumes) and this script rewrites the page.")
     out = [f"Reference run: `robustbench-pid {' '.join(REFERENCE)}` ({', '.join(map(str, n))} test digits per row, "
-           f"{study.protocol} protocol). Difference = method - baseline top-1 in points on the same images, "
+           f"{study.protocol} protocol, CPU). {scope} Difference = method - baseline top-1 in points on the same images, "
            f"[95% interval of the paired difference], p = McNemar's exact test. Attack rows are upper bounds on "
            f"robust accuracy under one attack with the papers' settings.", "",
            "| claim | clean | FGSM 3/255 | PGD-20 1/255 | PGD-20 3/255 | PGD-20 6/255 | verdict (PGD-20) |",
