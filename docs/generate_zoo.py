@@ -149,6 +149,8 @@ def sentence(claim: str, group: Sequence) -> str:
     v, where = verdict(group)
     pgd = [row[f"pgd-{e}"] for e in range(1, 7) if f"pgd-{e}" in row]
     fgsm_gains = sum(1 for c in group if c.row.startswith("fgsm-") and c.verdict == "gain")
+    if not pgd:
+        return f"**{claim}** ({c0.source}; {c0.method} vs {c0.baseline}): no PGD-20 row in the reference run yet."
     lo, hi = min(pgd, key=lambda c: c.diff), max(pgd, key=lambda c: c.diff)
     what = {"holds": "the gain holds: the method is significantly better (McNemar p < 0.05) under PGD-20 at every "
                      "eps 1..6/255",
