@@ -200,13 +200,14 @@ def test_authors_layout_checkpoint_loads_into_symvit_tiny(tmp_path: Path) -> Non
         load_weights(timm.create_model("deit_tiny_patch16_224"), str(path), allow_pickle=True)
 
 
-def test_zoo_aliases_need_a_checkpoint_and_record_pap_settings(tmp_path: Path) -> None:
+def test_zoo_aliases_need_a_checkpoint_on_imagenet_and_record_pap_settings(tmp_path: Path) -> None:
     from safetensors.torch import save_file
 
     from robustbench_pid import load_model
 
     with pytest.raises(UserError, match="needs weights: pass --checkpoint"):
-        load_model("rpc_symvit", dataset="digits")
+        load_model("rpc_symvit", dataset="imagenet")
+    assert load_model("rpc_symvit").info["checkpoint"].endswith("rpc_symvit_digits.safetensors")  # embedded default
     sd = authors_layout_state_dict(64, 4, 4, 32, 4, 10, mlp_ratio=2.0)
     save_file(sd, str(tmp_path / "sym.safetensors"))
     sym = load_model("symvit", str(tmp_path / "sym.safetensors"))

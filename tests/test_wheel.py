@@ -59,6 +59,17 @@ def _fresh_venv(tmp: Path, wheel: Path) -> Path:
 
 def test_wheel_install_runs_the_readme_job(tmp_path: Path) -> None:
     wheel = _build_wheel(tmp_path)
+    import json
+    import zipfile
+
+    with zipfile.ZipFile(wheel) as z:  # every embedded file of the manifest ships, byte for byte
+        names = set(z.namelist())
+        manifest = json.loads(z.read("robustbench_pid/embedded_checkpoints/manifest.json"))
+        assert len(manifest) == 13
+        for entry in manifest.values():
+            data = z.read(f"robustbench_pid/embedded_checkpoints/{entry['file']}")
+            assert data == (ROOT / "checkpoints" / entry["file"]).read_bytes()
+        assert sum(z.getinfo(n).file_size for n in names if n.endswith(".safetensors")) < 15e6
     venv = _fresh_venv(tmp_path, wheel)
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
@@ -78,6 +89,9 @@ def test_wheel_install_runs_the_readme_job(tmp_path: Path) -> None:
     studies = _run([str(venv / "bin" / "robustbench-pid"), "list", "studies"], elsewhere, _env()).stdout
     assert {"pidformer-table1", "rpc-table2", "digits-smoke"} <= {ln.split()[0] for ln in studies.splitlines() if ln[:1] != " "}
 
+    rpc = _run([str(venv / "bin" / "robustbench-pid"), "evaluate", "--model", "rpc_fan", "--attack", "fgsm", "--limit",
+                "4", "--quiet", "--device", "cpu", "--out", str(tmp_path / "wheel" / "rpc")], elsewhere, _env())
+    assert rpc.returncode == 0 and (tmp_path / "wheel" / "rpc" / "summary.csv").is_file()  # a new family, no checkpoint
     installed = _run([str(venv / "bin" / "evaluate"), *JOB, "--out", str(tmp_path / "wheel" / "run")], elsewhere,
                      _env())
     checkout = _run([sys.executable, "-m", "robustbench_pid", "evaluate", *JOB,

@@ -3,7 +3,9 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import Dict, Optional
 
+from ..errors import UserError
 from ..specs import PRECISIONS, PROTOCOLS
 
 NAME = "reproduce"
@@ -13,8 +15,13 @@ HELP = ("run a study (a paper's table: `robustbench-pid list studies`) for one m
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("study", metavar="STUDY", help="a shipped study name (`robustbench-pid list studies`) or a .toml path")
-    p.add_argument("--model", required=True, help="a zoo model (the study maps each published column to one)")
-    p.add_argument("--checkpoint", help="the model's weights (as for evaluate)")
+    p.add_argument("--model", help="a zoo model (the study maps each published column to one); or --all-columns")
+    p.add_argument("--all-columns", action="store_true",
+                   help="run every column of the study with its own zoo model, one after another, into one study "
+                        "folder (e.g. claims-digits: 13 models on the embedded weights)")
+    p.add_argument("--checkpoint", help="the model's weights (as for evaluate); with --all-columns: MODEL=PATH, "
+                                        "repeatable, one per column's model (columns without one use their default)",
+                   action="append")
     p.add_argument("--allow-pickle", action="store_true", help="allow full unpickling of trusted .pth files")
     p.add_argument("--non-strict", action="store_true", help="load a checkpoint that does not fully fit (recorded)")
     p.add_argument("--model-arg", action="append", default=[], metavar="KEY=VALUE",
@@ -47,24 +54,73 @@ RUN_OPTIONS = ("checkpoint", "allow_pickle", "non_strict", "model_arg", "limit",
                "chunk_size", "seed", "device", "precision", "workers", "quiet")
 
 
+def _checkpoints(args: argparse.Namespace) -> Dict[str, Optional[str]]:
+    """Model -> checkpoint for the models to run (``--checkpoint`` once, or MODEL=PATH with --all-columns)."""
+    given = args.checkpoint or []
+    if not args.all_columns:
+        if args.model is None:
+            raise UserError("reproduce needs --model MODEL (one column) or --all-columns (every column of the study)")
+        if len(given) > 1:
+            raise UserError(f"--checkpoint given {len(given)} times for one model; give it once "
+                            f"(MODEL=PATH pairs are for --all-columns)")
+        return {args.model: given[0] if given else None}
+    if args.model is not None or args.as_column is not None:
+        raise UserError("--all-columns runs each column with its own model: drop --model/--as, or drop --all-columns")
+    from ..run.spec_builder import key_values
+    from ..studies.spec import load_study
+
+    models = list(dict.fromkeys(c.model for c in load_study(args.study).columns))
+    ck = {str(k): str(v) for k, v in key_values(given, "--checkpoint", parse_json=False).items()}
+    unknown = sorted(set(ck) - set(models))
+    if unknown:
+        raise UserError(f"--checkpoint {unknown[0]}=...: {unknown[0]!r} is no column's model in study "
+                        f"{args.study!r}; models: {', '.join(models)}")
+    out = {m: ck.get(m) for m in models}
+    _check_weights(args.study, out)
+    return out
+
+
+def _check_weights(study_name: str, checkpoints: Dict[str, Optional[str]]) -> None:
+    """Every column's model has weights for every dataset family the study uses, before any column runs."""
+    from ..data import dataset_info
+    from ..models.zoo import resolve_model
+    from ..studies.spec import load_study
+
+    families = sorted({dataset_info(r.dataset).family for r in load_study(study_name).rows})
+    for model, ck in checkpoints.items():
+        for family in families:
+            try:
+                resolve_model(model, family, ck)
+            except UserError as exc:
+                raise UserError(f"{exc} (with --all-columns: --checkpoint {model}=PATH)") from None
+
+
 def run(args: argparse.Namespace) -> int:
     from ..run.spec_builder import key_values
     from ..studies.reproduce import plan_study, reproduce
 
-    plan = plan_study(args.study, args.model, data_root=args.data_root, dataset_root=args.dataset_root, out=args.out,
-                      as_column=args.as_column, protocol=args.protocol, only=args.only, skip=args.skip)
-    opts = {k: getattr(args, k) for k in RUN_OPTIONS}
-    opts["model_arg"] = key_values(args.model_arg, "--model-arg")
-    if args.dry_run:
-        from ..studies.dryrun import study_dry_run
-
-        study_dry_run(plan, **opts, calibration=args.calibration)
-        return 0
-    if args.calibration:
-        from ..errors import UserError
-
+    if args.calibration and not args.dry_run:
         raise UserError("--calibration prices the plan of a --dry-run; add --dry-run")
-    table = reproduce(plan, **opts)
+    checkpoints = _checkpoints(args)
+    plans = [plan_study(args.study, model, data_root=args.data_root, dataset_root=args.dataset_root, out=args.out,
+                        as_column=args.as_column, protocol=args.protocol, only=args.only, skip=args.skip)
+             for model in checkpoints]  # every column's plan checked before any runs
+    table = None
+    for plan in plans:
+        opts = {k: getattr(args, k) for k in RUN_OPTIONS}
+        opts["checkpoint"] = checkpoints[plan.model]
+        opts["model_arg"] = key_values(args.model_arg, "--model-arg")
+        if args.dry_run:
+            from ..studies.dryrun import study_dry_run
+
+            study_dry_run(plan, **opts, calibration=args.calibration)
+            continue
+        if len(plans) > 1 and not args.quiet:
+            print(f"== column {plan.column.name!r}: model {plan.model}")
+        table = reproduce(plan, **opts)
+    if args.dry_run:
+        return 0
+    plan = plans[-1]
     if table is None:
         print(f"\nthis shard's rows are done; results are in {plan.out}. Once every shard has finished, "
               f"`robustbench-pid merge {plan.out}` checks the runs and writes the table")

@@ -332,6 +332,7 @@ def fan_digits_patch4_32(pretrained: bool = False, **kwargs: Any) -> FanVisionTr
 from .zoo import ModelEntry, zoo  # noqa: E402  (after the timm registrations above)
 
 zoo.add("fan", ModelEntry(
-    "fan", "FAN-ViT (Zhou et al. 2022): token-mixing attention + channel-attention MLP (needs --checkpoint)",
+    "fan", "FAN-ViT (Zhou et al. 2022): token-mixing attention + channel-attention MLP",
     archs={"digits": "fan_digits_patch4_32", "imagenet": "fan_tiny_12_p16_224"},
+    default_checkpoints={"digits": "embedded:fan_digits"},
 ))

@@ -172,13 +172,14 @@ for _fn in (featscale_deit_tiny_patch16_224, pid_featscale_deit_tiny_patch16_224
 from .zoo import ModelEntry, zoo  # noqa: E402  (after the timm registrations above)
 
 zoo.add("featscale_deit", ModelEntry(
-    "featscale_deit", "DeiT + FeatScale (PIDformer Table 6): learned DC/high-frequency scales per block "
-                      "(needs --checkpoint)",
+    "featscale_deit", "DeiT + FeatScale (PIDformer Table 6): learned DC/high-frequency scales per block",
     archs={"digits": "featscale_deit_digits_patch4_32", "imagenet": "featscale_deit_tiny_patch16_224"},
+    default_checkpoints={"digits": "embedded:featscale_deit_digits"},
     crop_pct={"imagenet": 0.875},
 ))
 zoo.add("pid_featscale_deit", ModelEntry(
-    "pid_featscale_deit", "PID DeiT + FeatScale (PIDformer Table 6) (needs --checkpoint)",
+    "pid_featscale_deit", "PID DeiT + FeatScale (PIDformer Table 6)",
     archs={"digits": "pid_featscale_deit_digits_patch4_32", "imagenet": "pid_featscale_deit_tiny_patch16_224"},
+    default_checkpoints={"digits": "embedded:pid_featscale_deit_digits"},
     crop_pct={"imagenet": 0.875},
 ))

@@ -97,7 +97,7 @@ def pid_fan_digits_patch4_32(pretrained: bool = False, **kwargs: Any) -> PidFanV
 from .zoo import ModelEntry, zoo  # noqa: E402  (after the timm registrations above)
 
 zoo.add("pid_fan", ModelEntry(
-    "pid_fan", "PID-FAN (PIDformer Table 4): FAN with PID token mixing; lP .8, lI .5, lD .05, beta .1 "
-               "(needs --checkpoint)",
+    "pid_fan", "PID-FAN (PIDformer Table 4): FAN with PID token mixing; lP .8, lI .5, lD .05, beta .1",
     archs={"digits": "pid_fan_digits_patch4_32", "imagenet": "pid_fan_tiny_12_p16_224"},
+    default_checkpoints={"digits": "embedded:pid_fan_digits"},
 ))

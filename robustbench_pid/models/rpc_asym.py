@@ -138,15 +138,17 @@ def rpc_symasym_deit_digits_patch4_32(pretrained: bool = False, **kwargs: Any) -
 from .zoo import ModelEntry, zoo  # noqa: E402  (after the timm registrations above)
 
 zoo.add("rpc_deit", ModelEntry(
-    "rpc_deit", "RPC-AsymViT (RPC Table 14, 4iter/layer1): DeiT with PAP on the keys, lambda 4 (needs --checkpoint)",
+    "rpc_deit", "RPC-AsymViT (RPC Table 14, 4iter/layer1): DeiT with PAP on the keys, lambda 4",
     archs={"digits": "rpc_deit_digits_patch4_32", "imagenet": "rpc_deit_tiny_patch16_224"},
+    default_checkpoints={"digits": "embedded:rpc_deit_digits"},
     arch_kwargs=dict(RPC_ASYM_DEFAULTS, pap_convention="authors"),
     crop_pct={"imagenet": 0.875},
 ))
 zoo.add("rpc_symasym_deit", ModelEntry(
     "rpc_symasym_deit", "RPC-AsymViT (RPC Table 14, Sym/Asym): symmetric PAP attention in layer 1 (4 iterations, "
-                        "lambda 4), q/k/v attention after (needs --checkpoint)",
+                        "lambda 4), q/k/v attention after",
     archs={"digits": "rpc_symasym_deit_digits_patch4_32", "imagenet": "rpc_symasym_deit_tiny_patch16_224"},
+    default_checkpoints={"digits": "embedded:rpc_symasym_deit_digits"},
     arch_kwargs=dict(RPC_ASYM_DEFAULTS, pap_convention="authors"),
     crop_pct={"imagenet": 0.875},
 ))

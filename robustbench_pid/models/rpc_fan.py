@@ -100,12 +100,13 @@ def rpc_fan_digits_patch4_32(pretrained: bool = False, **kwargs: Any) -> SymFanV
 from .zoo import ModelEntry, zoo  # noqa: E402  (after the timm registrations above)
 
 zoo.add("symfan", ModelEntry(
-    "symfan", "symmetric FAN-tiny: attn.kv only, softmax(k k^T) v; the RPC paper's FAN baseline (needs --checkpoint)",
+    "symfan", "symmetric FAN-tiny: attn.kv only, softmax(k k^T) v; the RPC paper's FAN baseline",
     archs={"digits": "symfan_digits_patch4_32", "imagenet": "symfan_tiny_12_p16_224"},
+    default_checkpoints={"digits": "embedded:symfan_digits"},
 ))
 zoo.add("rpc_fan", ModelEntry(
-    "rpc_fan", "RPC-FAN-tiny (RPC Tables 9-10): symmetric FAN, PAP 4 iterations, lambda 4, layer 1 "
-               "(needs --checkpoint)",
+    "rpc_fan", "RPC-FAN-tiny (RPC Tables 9-10): symmetric FAN, PAP 4 iterations, lambda 4, layer 1",
     archs={"digits": "rpc_fan_digits_patch4_32", "imagenet": "rpc_fan_tiny_12_p16_224"},
+    default_checkpoints={"digits": "embedded:rpc_fan_digits"},
     arch_kwargs=dict(RPC_FAN_DEFAULTS, pap_convention="authors"),
 ))

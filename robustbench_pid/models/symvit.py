@@ -269,19 +269,22 @@ def rpc_symvit_digits_patch4_32(pretrained: bool = False, **kwargs: Any) -> SymV
 from .zoo import ModelEntry, zoo  # noqa: E402  (after the timm registrations above)
 
 zoo.add("symvit", ModelEntry(
-    "symvit", "SymViT: symmetric softmax attention, the RPC paper's baseline (needs --checkpoint)",
+    "symvit", "SymViT: symmetric softmax attention, the RPC paper's baseline",
     archs={"digits": "symvit_digits_patch4_32", "imagenet": "symvit_tiny_patch16_224"},
+    default_checkpoints={"digits": "embedded:symvit_digits"},
     crop_pct={"imagenet": 0.875},
 ))
 zoo.add("rpc_symvit", ModelEntry(
-    "rpc_symvit", "RPC-SymViT (6 iter/layer1): PAP, 6 iterations, lambda 4, first layer (needs --checkpoint)",
+    "rpc_symvit", "RPC-SymViT (6 iter/layer1): PAP, 6 iterations, lambda 4, first layer",
     archs={"digits": "rpc_symvit_digits_patch4_32", "imagenet": "rpc_symvit_tiny_patch16_224"},
+    default_checkpoints={"digits": "embedded:rpc_symvit_digits"},
     arch_kwargs=dict(_RPC_TINY, pap_convention="authors"),
     crop_pct={"imagenet": 0.875},
 ))
 zoo.add("rpc_symvit_all", ModelEntry(
-    "rpc_symvit_all", "RPC-SymViT (2 iter/all-layer): PAP, 2 iterations, lambda 3, every layer (needs --checkpoint)",
+    "rpc_symvit_all", "RPC-SymViT (2 iter/all-layer): PAP, 2 iterations, lambda 3, every layer",
     archs={"digits": "rpc_symvit_digits_patch4_32", "imagenet": "rpc_symvit_tiny_patch16_224"},
+    default_checkpoints={"digits": "embedded:rpc_symvit_all_digits"},
     arch_kwargs=dict(_RPC_BASE, pap_convention="authors"),
     crop_pct={"imagenet": 0.875},
 ))

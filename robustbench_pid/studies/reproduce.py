@@ -45,13 +45,19 @@ class StudyPlan:
     rows: List[Row]
     roots: Dict[str, Optional[str]] = field(default_factory=dict)  # dataset -> root (None: needs none)
     missing: Dict[str, str] = field(default_factory=dict)  # row -> why it cannot run
+    # The evaluation folder under the entry; None: the protocol's name ("paper", "standard"). Hook for
+    # `reproduce --converge` (the converged-robustness issue): it runs each adversarial row again in the
+    # standard protocol with the converged evaluation into variant "converged" (<entry>/converged/<row>/),
+    # and the study table and the claims' pair table (studies/pairs.py) show that folder as one more
+    # group beside "paper", with no change there.
+    variant: Optional[str] = None
 
     @property
     def entry(self) -> Path:
         return self.out / slug(f"{self.model}@{self.column.name}")
 
     def row_dir(self, row: Row) -> Path:
-        return self.entry / self.protocol / row.name
+        return self.entry / (self.variant or self.protocol) / row.name
 
 
 def slug(text: str) -> str:

@@ -16,6 +16,15 @@
     metrics = ["top1", "top5"]         # in the paper's order
     published."PID DeiT" = { top1 = 15.08, top5 = 39.69 }  # per column and metric; omit for none
     note = "..."                       # optional: one line the table prints (e.g. the paper's unit)
+    [[pair]]                           # optional: a claim "method beats baseline", tested per row
+    claim = "PID DeiT over softmax DeiT"   # what the paper claims
+    source = "PIDformer Table 1"       # where it claims it
+    baseline = "Softmax DeiT"          # a column name
+    method = "PID DeiT"                # a column name
+
+With pairs, the study folder also gets ``pairs.md`` / ``pairs.csv``: per pair, row and protocol,
+both accuracies, the difference (method - baseline) on the same images, McNemar's exact p-value
+and a 95% interval of the paired difference (``studies/pairs.py``).
 
 A row either declares no published value (a figure without printed numbers) or one for every
 column and metric. Everything is checked: an unknown key, column, dataset, benchmark, attack or
@@ -39,7 +48,8 @@ else:  # pragma: no cover
 from ..errors import UserError
 
 STUDIES_DIR = Path(__file__).resolve().parent  # the *.toml files beside this module
-TOP_KEYS = {"title", "source", "protocol", "description", "column", "row"}
+TOP_KEYS = {"title", "source", "protocol", "description", "column", "row", "pair"}
+PAIR_KEYS = {"claim", "source", "baseline", "method"}
 COLUMN_KEYS = {"name", "model", "model_args"}
 ROW_KEYS = {"name", "label", "dataset", "benchmark", "attack", "metrics", "published", "note"}
 # metric name -> how the paper labels it; "corrupted_top1" is 100 - mean_err (IN-C top-1 over 15 x 5),
@@ -73,6 +83,16 @@ class Row:
 
 
 @dataclass(frozen=True)
+class Pair:
+    """A claim: ``method`` is more robust than ``baseline`` (two column names of the study)."""
+
+    claim: str
+    source: str
+    baseline: str
+    method: str
+
+
+@dataclass(frozen=True)
 class Study:
     name: str
     path: Path
@@ -82,6 +102,7 @@ class Study:
     columns: List[Column]
     rows: List[Row]
     description: str = ""
+    pairs: List[Pair] = field(default_factory=list)
 
     def column(self, name: str) -> Column:
         for c in self.columns:
@@ -206,6 +227,26 @@ def _rows(data: Dict[str, Any], path: Path, cols: List[Column]) -> List[Row]:
     return rows
 
 
+def _pairs(data: Dict[str, Any], path: Path, cols: List[Column]) -> List[Pair]:
+    if "pair" not in data:
+        return []
+    entries = _tables(data, "pair", path, "claim, source, baseline, method")
+    known = [c.name for c in cols]
+    pairs: List[Pair] = []
+    for i, e in enumerate(entries):
+        where = f"{path} [[pair]] #{i + 1}"
+        _unknown(e, PAIR_KEYS, where)
+        pair = Pair(*(_str(e, k, where) for k in ("claim", "source", "baseline", "method")))
+        for key in ("baseline", "method"):
+            if getattr(pair, key) not in known:
+                raise UserError(f"{where}: key {key!r}: no column {getattr(pair, key)!r}; columns: "
+                                f"{', '.join(map(repr, known))}")
+        if pair.baseline == pair.method:
+            raise UserError(f"{where}: baseline and method are the same column {pair.method!r}")
+        pairs.append(pair)
+    return pairs
+
+
 def parse_study(path: Path, name: Optional[str] = None) -> Study:
     """The study in ``path``, structurally checked (torch-free; names are checked by :func:`check_names`)."""
     try:
@@ -218,7 +259,8 @@ def parse_study(path: Path, name: Optional[str] = None) -> Study:
         raise UserError(f"{path}: key 'protocol': {protocol!r} is not a protocol; valid: standard, paper")
     cols = _columns(data, path)
     return Study(name or Path(path).stem, Path(path), _str(data, "title", str(path)), _str(data, "source", str(path)),
-                 protocol, cols, _rows(data, path, cols), _str(data, "description", str(path), required=False))
+                 protocol, cols, _rows(data, path, cols), _str(data, "description", str(path), required=False),
+                 _pairs(data, path, cols))
 
 
 def attack_settings(row: Row) -> Dict[str, Any]:
@@ -288,4 +330,6 @@ def format_studies() -> str:
         for r in s.rows:
             pub = "published" if r.published else "no published value"
             out.append(f"    {r.name:12s} {r.label:14s} {', '.join(r.metrics):20s} {row_setting(r)}  [{pub}]")
+        for pair in s.pairs:
+            out.append(f"    claim: {pair.method} vs {pair.baseline} ({pair.source})")
     return "\n".join(out)

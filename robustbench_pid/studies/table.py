@@ -260,14 +260,28 @@ def write_study_table(out: Path) -> str:
     for name, text in (("table.md", md), ("table.csv", render_csv(study, cells)),
                        ("table.tex", render_latex(study, cells))):
         atomic_write_bytes(out / name, text.encode(), durable=False)
-    return md
+    from .pairs import write_pairs
+
+    pairs = write_pairs(out, study, entries(out))  # a study with [[pair]] claims: the paired differences too
+    return md + ("\n" + pairs if pairs else "")
+
+
+def read_pairs(out: Path) -> pd.DataFrame:
+    """A study folder's pair table (``[[pair]]`` claims) as a DataFrame, recomputed from its runs."""
+    from dataclasses import asdict
+
+    from .pairs import pair_cells
+
+    study = parse_study(Path(out) / STUDY_FILE)
+    cells, _ = pair_cells(out, study, entries(out))
+    return pd.DataFrame([{**asdict(c), "verdict": c.verdict} for c in cells])
 
 
 def drop_study_table(out: Path) -> None:
     """Remove table.md / table.csv / table.tex: a command about to change the rows makes them stale (a run
     re-planned with other settings resets its row), and one killed midway must not leave a table that looks
     finished but disagrees with the rows; the command's end (or ``merge``) writes them again."""
-    for name in ("table.md", "table.csv", "table.tex"):
+    for name in ("table.md", "table.csv", "table.tex", "pairs.md", "pairs.csv"):
         (Path(out) / name).unlink(missing_ok=True)
 
 

@@ -1,7 +1,9 @@
-"""Train the embedded digits models with one identical, seeded recipe (CPU, minutes).
+"""Train an embedded digits model with its family's pinned, seeded recipe (CPU, minutes).
 
     robustbench-pid train --model deit
-    robustbench-pid train --model pid_deit
+    robustbench-pid train --model rpc_symvit_all
+
+The recipes live in ``recipes.py`` (one per family; both sides of a claim train identically).
 
 Writes ``checkpoints/<name>.safetensors`` (the bare network's state dict, timm key names) and a
 manifest entry: architecture and arguments, dataset and split, recipe, clean test top-1, sha256,
@@ -17,27 +19,15 @@ from __future__ import annotations
 
 import platform
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
-from .hub.checkpoints import checkpoints_dir, write_manifest_entry
+from ..hub.checkpoints import checkpoints_dir, write_manifest_entry
+from .recipes import Recipe, embedded_name, family_of, recipe_for
 
 if TYPE_CHECKING:
     import torch
-
-
-@dataclass(frozen=True)
-class Recipe:
-    epochs: int = 80
-    batch_size: int = 64
-    lr: float = 2e-3
-    weight_decay: float = 0.05
-    warmup_epochs: int = 5
-    label_smoothing: float = 0.1
-    max_shift: int = 2  # random translation by up to this many pixels (zero padding)
-    seed: int = 0
-    threads: int = 2  # CPU threads for training: part of the result (see the module docstring)
 
 
 def _shift(x: torch.Tensor, max_shift: int, gen: torch.Generator) -> torch.Tensor:
@@ -53,41 +43,50 @@ def _shift(x: torch.Tensor, max_shift: int, gen: torch.Generator) -> torch.Tenso
     return torch.stack([pad[i, :, dy[i]:dy[i] + h, dx[i]:dx[i] + w] for i in range(n)])
 
 
-def train(model: str, recipe: Recipe = Recipe(), out_dir: Optional[Path] = None,
-          log: Any = print) -> Dict[str, Any]:
+def train(model: str, recipe: Optional[Recipe] = None, out_dir: Optional[Path] = None,
+          log: Any = print, limit: Optional[int] = None) -> Dict[str, Any]:
+    """Train ``model`` (default: its family's pinned recipe) and record it in ``out_dir``'s manifest.
+
+    ``limit`` trains on the first N training digits only (smoke tests); the manifest says so.
+    """
     import torch
+
+    family_of(model)  # refuses a model without a recipe before touching torch settings
+    recipe = recipe or recipe_for(model)
+    if limit is not None and limit < 1:
+        from ..errors import UserError
+        raise UserError(f"--limit {limit}: train on at least 1 image")
 
     threads, deterministic = torch.get_num_threads(), torch.are_deterministic_algorithms_enabled()
     torch.set_num_threads(recipe.threads)
     torch.use_deterministic_algorithms(True)
     try:
-        return _train(model, recipe, out_dir, log)
+        return _train(model, recipe, out_dir, log, limit)
     finally:
         torch.set_num_threads(threads)
         torch.use_deterministic_algorithms(deterministic)
 
 
-def _train(model: str, recipe: Recipe, out_dir: Optional[Path], log: Any) -> Dict[str, Any]:
+def _train(model: str, recipe: Recipe, out_dir: Optional[Path], log: Any, limit: Optional[int]) -> Dict[str, Any]:
     import torch
     import torch.nn.functional as F
 
-    from .core.version import __version__
-    from .data import load_dataset
-    from .loaders import sha256_file
-    from .models.zoo import build_model, resolve_model
+    from ..core.version import __version__
+    from ..data import load_dataset
+    from ..loaders import sha256_file
+    from ..models.zoo import build_model, resolve_model, robustness_settings
 
     torch.manual_seed(recipe.seed)
     res = resolve_model(model, "digits")
-    if not res.checkpoint or not res.checkpoint.startswith("embedded:"):
-        raise ValueError(f"{model!r} has no embedded digits checkpoint to train")
-    name = res.checkpoint.split(":", 1)[1]
+    name = embedded_name(model)
+    assert res.checkpoint == f"embedded:{name}", (model, res.checkpoint)  # the zoo loads what train writes
     net = build_model(res.arch, num_classes=10, **res.arch_kwargs)
     cfg = net.pretrained_cfg
     mean = torch.tensor(cfg["mean"]).view(1, -1, 1, 1)
     std = torch.tensor(cfg["std"]).view(1, -1, 1, 1)
     train_ds = load_dataset("digits", "train", model_info={"input_size": cfg["input_size"]})
     test_ds = load_dataset("digits", "test", model_info={"input_size": cfg["input_size"]})
-    x_train, y_train = train_ds.images, train_ds.labels
+    x_train, y_train = train_ds.images[:limit], train_ds.labels[:limit]
     gen = torch.Generator().manual_seed(recipe.seed)
     opt = torch.optim.AdamW(net.parameters(), lr=recipe.lr, weight_decay=recipe.weight_decay)
     steps_per_epoch = (len(y_train) + recipe.batch_size - 1) // recipe.batch_size
@@ -127,20 +126,22 @@ def _train(model: str, recipe: Recipe, out_dir: Optional[Path], log: Any) -> Dic
     path = out_dir / f"{name}.safetensors"
     tmp = path.with_suffix(".safetensors.tmp")
     save_file({k: v.contiguous() for k, v in net.state_dict().items()}, str(tmp))
+    tmp.chmod(0o644)  # safetensors writes owner-only; the file ships to every user
     tmp.replace(path)
     import sklearn
     import timm
 
-    gains = getattr(net, "gains", None)
     entry = {
         "file": path.name,
         "sha256": sha256_file(path),
         "model": model,
         "arch": res.arch,
-        "arch_kwargs": {**res.arch_kwargs, **({"pid": gains.as_dict()} if gains is not None else {})},
+        "arch_kwargs": {**res.arch_kwargs, **robustness_settings(net)},
         "dataset": "digits",
-        "split": train_ds.provenance | {"n_train": len(train_ds), "n_test": len(test_ds)},
+        "split": train_ds.provenance | {"n_train": len(y_train), "n_test": len(test_ds)},
+        "family": family_of(model),
         "recipe": asdict(recipe),
+        "recipe_is_pinned": recipe == recipe_for(model) and limit is None,
         "clean_test_top1": round(top1, 6),
         "train_seconds": round(time.time() - t0, 1),
         "reproduces_with": {"threads": recipe.threads, "deterministic_algorithms": True, "device": "cpu"},

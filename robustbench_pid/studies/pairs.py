@@ -1,0 +1,181 @@
+"""A study's claims, tested: per pair (method vs baseline), row and protocol, the paired difference.
+
+For each ``[[pair]]`` of a study (``study.py``), each row, and each evaluation folder both columns
+have (``<entry>/<protocol>/<row>/``: ``paper``, ``standard``, or any further variant a study command
+writes beside them, such as a converged evaluation), the per-sample top-1 verdicts of the two models
+are paired by ``sample_id`` and give: both accuracies, the difference (method - baseline, in points),
+McNemar's exact p-value and the 95% interval of the paired difference (Bonett-Price). Only the images
+both runs scored enter (``n``). Torch-free: reads the run folders' ``records.parquet``.
+
+Hook for converged evaluations: a command that writes run folders under ``<entry>/<variant>/<row>/``
+(for example ``converged``) needs nothing here: every variant folder present for both columns of a
+pair becomes its own group of lines, ordered after the study's protocol.
+"""
+from __future__ import annotations
+
+import csv
+import io
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Tuple
+
+import pandas as pd
+
+from .spec import Pair, Row, Study, attack_settings
+from ..results.stats.stats import mcnemar_from_counts, paired_difference_interval
+
+PAIRS_MD, PAIRS_CSV = "pairs.md", "pairs.csv"
+ALPHA = 0.05
+
+
+@dataclass(frozen=True)
+class PairCell:
+    claim: str
+    source: str
+    baseline: str
+    method: str
+    row: str
+    label: str
+    protocol: str
+    n: int
+    baseline_top1: float
+    method_top1: float
+    diff: float  # method - baseline, points
+    ci_low: float
+    ci_high: float
+    only_baseline: int  # images the baseline gets right and the method wrong
+    only_method: int
+    pvalue: float
+
+    @property
+    def verdict(self) -> str:
+        """'gain' / 'loss' where McNemar rejects equality at 5%, else 'no difference'."""
+        if self.pvalue >= ALPHA:
+            return "no difference"
+        return "gain" if self.diff > 0 else "loss"
+
+
+def _complete(run_dir: Path) -> bool:
+    try:
+        return json.loads((run_dir / "run.json").read_text()).get("status") == "complete"
+    except (OSError, ValueError):
+        return False
+
+
+def row_verdicts(run_dir: Path, row: Row) -> Optional[pd.Series]:
+    """Per-sample top-1 correctness (index: sample_id) of ``row`` in one run folder, or None if not run."""
+    if not _complete(run_dir) or not (run_dir / "records.parquet").is_file():
+        return None
+    rec = pd.read_parquet(run_dir / "records.parquet", columns=["sample_id", "attack", "eps", "correct_top1"])
+    if row.attack is None:
+        rec = rec[rec["attack"] == "clean"]
+    else:
+        rec = rec[rec["attack"] == row.attack["name"]]
+        eps = attack_settings(row).get("eps")
+        if eps is not None:
+            rec = rec[(rec["eps"].astype(float) - eps).abs() <= 1e-6 * max(1.0, eps)]
+    if rec.empty:
+        return None
+    return rec.drop_duplicates("sample_id").set_index("sample_id")["correct_top1"].astype(bool)
+
+
+def _entry_dirs(entries: List[Dict[str, Any]], study: Study) -> Dict[str, Path]:
+    """Column name -> its entry folder (the entry run with the column's own model when several share it)."""
+    found: Dict[str, Path] = {}
+    for e in entries:
+        col = e.get("column")
+        if col is None:
+            continue
+        own = next((c.model for c in study.columns if c.name == col), None)
+        if col not in found or e.get("model") == own:
+            found[col] = e["dir"]
+    return found
+
+
+def _protocols(a: Path, b: Path, first: str) -> List[str]:
+    both = {p.name for p in a.iterdir() if p.is_dir()} & {p.name for p in b.iterdir() if p.is_dir()}
+    return sorted(both, key=lambda p: (p != first, p))
+
+
+def pair_cells(out: Path, study: Study, entries: List[Dict[str, Any]]) -> Tuple[List[PairCell], List[str]]:
+    """Every (pair, protocol, row) both columns have, and notes on what is missing.
+
+    ``entries``: the study folder's (model, column) entries (``study_table.entries``), each with its ``dir``."""
+    dirs = _entry_dirs(entries, study)
+    cells: List[PairCell] = []
+    notes: List[str] = []
+    for p in study.pairs:
+        missing = [c for c in (p.baseline, p.method) if c not in dirs]
+        if missing:
+            notes.append(f"{p.claim}: column(s) {', '.join(map(repr, missing))} not run")
+            continue
+        for proto in _protocols(dirs[p.baseline], dirs[p.method], study.protocol):
+            for r in study.rows:
+                a = row_verdicts(dirs[p.baseline] / proto / r.name, r)
+                b = row_verdicts(dirs[p.method] / proto / r.name, r)
+                if a is None or b is None:
+                    notes.append(f"{p.claim}, {proto} protocol, row {r.name!r}: not run (or not finished) for "
+                                 f"{p.baseline if a is None else p.method!r}")
+                    continue
+                cells.append(_cell(p, r, proto, a, b))
+    return cells, notes
+
+
+def _cell(p: Pair, r: Row, proto: str, a: pd.Series, b: pd.Series) -> PairCell:
+    joined = pd.concat({"a": a, "b": b}, axis=1, join="inner")
+    ca, cb = joined["a"].to_numpy(), joined["b"].to_numpy()
+    only_a, only_b, n = int((ca & ~cb).sum()), int((~ca & cb).sum()), len(joined)
+    test = mcnemar_from_counts(only_a, only_b, n=n)
+    lo, hi = paired_difference_interval(only_a, only_b, n)
+    return PairCell(p.claim, p.source, p.baseline, p.method, r.name, r.label, proto, n, 100.0 * ca.mean(),
+                    100.0 * cb.mean(), test.delta, lo, hi, only_a, only_b, test.pvalue)
+
+
+def _p(p: float) -> str:
+    return "1" if p >= 0.9995 else (f"{p:.3f}" if p >= 0.001 else f"{p:.1e}")
+
+
+def render_pairs_markdown(study: Study, cells: List[PairCell], notes: List[str]) -> str:
+    lines = [f"### Claims: {study.title}", "",
+             "Difference = method - baseline top-1 (points) on the same images; 95% interval of the paired "
+             "difference (Bonett-Price); p: McNemar's exact test on the images one model gets right and the other "
+             "wrong. Attack rows are upper bounds on robust accuracy (one attack, the papers' settings).", ""]
+    by_pair: Dict[Tuple[str, str], List[PairCell]] = {}
+    for c in cells:
+        by_pair.setdefault((c.claim, c.protocol), []).append(c)
+    for (claim, proto), group in by_pair.items():
+        c0 = group[0]
+        lines += [f"**{claim}** ({c0.source}; {proto} protocol): {c0.method} vs {c0.baseline}", "",
+                  f"| row | {c0.baseline} | {c0.method} | difference [95% CI] | p (McNemar) | n |",
+                  "|---|---|---|---|---|---|"]
+        for c in group:
+            lines.append(f"| {c.label} | {c.baseline_top1:.2f} | {c.method_top1:.2f} | {c.diff:+.2f} "
+                         f"[{c.ci_low:+.2f}, {c.ci_high:+.2f}] | {_p(c.pvalue)} | {c.n} |")
+        lines.append("")
+    lines += [f"- {n}" for n in notes]
+    return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def render_pairs_csv(cells: List[PairCell]) -> str:
+    buf = io.StringIO()
+    names = list(PairCell.__dataclass_fields__) + ["verdict"]
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(names)
+    for c in cells:
+        d = asdict(c)
+        w.writerow([round(d[k], 6) if isinstance(d[k], float) else d[k] for k in names[:-1]] + [c.verdict])
+    return buf.getvalue()
+
+
+def write_pairs(out: Path, study: Study, entries: List[Dict[str, Any]]) -> Optional[str]:
+    """Write pairs.md / pairs.csv when the study has pairs; return the Markdown (None without pairs)."""
+    from ..results.files.run_files import atomic_write_bytes
+
+    if not study.pairs:
+        return None
+    cells, notes = pair_cells(out, study, entries)
+    md = render_pairs_markdown(study, cells, notes)
+    atomic_write_bytes(Path(out) / PAIRS_MD, md.encode(), durable=False)
+    atomic_write_bytes(Path(out) / PAIRS_CSV, render_pairs_csv(cells).encode(), durable=False)
+    return md
