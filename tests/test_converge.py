@@ -237,3 +237,28 @@ def test_converge_refuses_what_it_cannot_do(plain, digits8, tmp_path):
         rbp.evaluate(model="deit", attack="pgd", eps="4/255", limit=4, converge_tol=0.01)
     with pytest.raises(UserError, match="converge-opt"):
         rbp.evaluate(model="deit", attack="pgd", eps="4/255", limit=4, converge=True, converge_opt={"bogus": 1})
+
+
+def test_check_fails_on_a_lower_converged_value_or_a_status_change(plain, digits8, tmp_path):
+    from robustbench_pid.results.check import check, update
+
+    df, _ = converge(plain, digits8, tmp_path, "gate")
+    run_dir = df.attrs["run_dir"]
+    base = tmp_path / "baseline.csv"
+    update(run_dir, base)
+    assert check(run_dir, base).ok
+    b = pd.read_csv(base)
+    conv = (b["attack"] == "converge") & (b["metric"] == "top1")
+    assert conv.sum() == 1 and b.loc[conv, "status"].iloc[0] == CONVERGED
+    assert "rung_top1" not in set(b["metric"])  # the curve is shown, its end is gated
+    up = b.copy()
+    up.loc[conv, "value"] += 10.0  # the baseline's converged value was higher: now a regression
+    up.to_csv(base, index=False)
+    res = check(run_dir, base)
+    assert not res.ok and set(res.failures["metric"]) == {"top1"} and set(res.failures["attack"]) == {"converge"}
+    st = b.copy()
+    st.loc[conv, "status"] = UPPER_BOUND
+    st.to_csv(base, index=False)
+    res = check(run_dir, base)
+    assert not res.ok and list(res.failures["status"]) == ["STATUS-CHANGED"]
+    assert "status: upper bound: gradients unavailable → converged" in res.report()

@@ -32,13 +32,12 @@ META = {"attack_label": "Converged", "norm": "linf", "white_box": True, "worst_c
 
 
 def rung0_attacks(ctx: Any) -> Dict[float, List[Tuple[str, str]]]:
-    """eps -> the user's L-inf worst-case attacks at it, as (name, canonical settings JSON)."""
-    from .adversarial import attack_settings
-
+    """eps -> the user's L-inf worst-case attacks at it, as (name, canonical settings JSON): the
+    standard protocol's settings, i.e. exactly those its adversarial units hash and seed from."""
     out: Dict[float, List[Tuple[str, str]]] = {}
     for a in ctx.spec.attacks:
-        params = attack_settings(ctx, a)
-        attack = make_attack(a.attack, **params)
+        attack = make_attack(a.attack, **a.params)
+        params = attack.params()
         if attack.norm != "linf" or not attack.worst_case:
             continue
         js = json.dumps(params, sort_keys=True)
