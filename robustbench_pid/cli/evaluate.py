@@ -136,10 +136,14 @@ def run(args: argparse.Namespace) -> int:
     if spec.benchmark == "adversarial" and spec.attacks:
         from ..results.diagnostics import diagnose, format_findings
 
-        records = pd.read_parquet(out / "records.parquet")
-        print("\n" + format_findings(diagnose(records)))
-        from ..results.evidence_text import format_evidence
+        from ..results.evidence_text import format_evidence, overestimate_note
 
-        print("\n" + format_evidence(pd.read_csv(summary_path)))
+        records = pd.read_parquet(out / "records.parquet")
+        summary = pd.read_csv(summary_path)
+        note = overestimate_note(summary)
+        print("\n" + format_findings(diagnose(records), flagged=bool(note)))
+        print("\n" + format_evidence(summary))
+        if note:
+            print(note)
     print(f"\nwrote {out}  (records.parquet, summary.csv, run.json)")
     return 0
