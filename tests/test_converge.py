@@ -90,12 +90,17 @@ def converge(model, digits8, tmp_path: Path, name: str, n: int = 64, **kw):
     return df, rec[rec["benchmark"] == "converge"].reset_index(drop=True)
 
 
+@pytest.fixture(scope="module")
+def plain_run(plain, digits8, tmp_path_factory):
+    return converge(plain, digits8, tmp_path_factory.mktemp("plain"), "plain")
+
+
 def converged_row(df: pd.DataFrame) -> pd.Series:
     return df[(df["benchmark"] == "converge") & (df["metric"] == "top1")].iloc[0]
 
 
-def test_plain_model_ladder_order_scope_and_status(plain, digits8, tmp_path):
-    df, rec = converge(plain, digits8, tmp_path, "plain")
+def test_plain_model_ladder_order_scope_and_status(plain_run):
+    df, rec = plain_run
     rungs = rec["converge_rungs"].iloc[0].split(",")
     assert rungs[0] == "user" and rungs == sorted(rungs, key=RUNG_ORDER.index)
     assert "apgd-ce" in rungs and "apgd-t" in rungs  # the minimum set: a CE and a DLR gradient rung
@@ -125,8 +130,8 @@ def test_plain_model_ladder_order_scope_and_status(plain, digits8, tmp_path):
     assert (rec["passes_backward"] >= 0).all() and rec["passes_forward"].mean() > 0
 
 
-def test_scaled_logits_converge_near_plain(plain, digits8, tmp_path):
-    df_p, _ = converge(plain, digits8, tmp_path, "plain")
+def test_scaled_logits_converge_near_plain(plain, plain_run, digits8, tmp_path):
+    df_p, _ = plain_run
     df_s, rec = converge(Scaled(copy.deepcopy(plain)), digits8, tmp_path, "scaled")
     pgd = df_s[(df_s["attack"] == "pgd") & (df_s["metric"] == "top1")].iloc[0]["value"]
     plain_v, scaled_v = converged_row(df_p)["value"], converged_row(df_s)["value"]
@@ -136,8 +141,8 @@ def test_scaled_logits_converge_near_plain(plain, digits8, tmp_path):
     assert not rec["grad_unavailable"].any()  # DLR gradients exist: not "gradient-free"
 
 
-def test_cut_gradients_are_an_upper_bound_never_converged(plain, digits8, tmp_path):
-    df_p, _ = converge(plain, digits8, tmp_path, "plain")
+def test_cut_gradients_are_an_upper_bound_never_converged(plain, plain_run, digits8, tmp_path):
+    df_p, _ = plain_run
     df_c, rec = converge(Cut(copy.deepcopy(plain)), digits8, tmp_path, "cut")
     row = converged_row(df_c)
     assert row["status"] == UPPER_BOUND or abs(row["value"] - converged_row(df_p)["value"]) <= 5
@@ -239,10 +244,10 @@ def test_converge_refuses_what_it_cannot_do(plain, digits8, tmp_path):
         rbp.evaluate(model="deit", attack="pgd", eps="4/255", limit=4, converge=True, converge_opt={"bogus": 1})
 
 
-def test_check_fails_on_a_lower_converged_value_or_a_status_change(plain, digits8, tmp_path):
+def test_check_fails_on_a_lower_converged_value_or_a_status_change(plain_run, tmp_path):
     from robustbench_pid.results.check import check, update
 
-    df, _ = converge(plain, digits8, tmp_path, "gate")
+    df, _ = plain_run
     run_dir = df.attrs["run_dir"]
     base = tmp_path / "baseline.csv"
     update(run_dir, base)
@@ -262,3 +267,20 @@ def test_check_fails_on_a_lower_converged_value_or_a_status_change(plain, digits
     res = check(run_dir, base)
     assert not res.ok and list(res.failures["status"]) == ["STATUS-CHANGED"]
     assert "status: upper bound: gradients unavailable → converged" in res.report()
+
+
+def test_terminal_table_plot_and_report_section(plain_run, tmp_path):
+    from robustbench_pid.results.evidence_report import converge_section
+    from robustbench_pid.results.plots import figures
+    from robustbench_pid.results.summaries.converge import format_converge
+
+    df, rec = plain_run
+    text = format_converge(df)
+    row = converged_row(df)
+    assert f"converged robust top-1 {row['value']:.2f}%" in text and "status: converged:" in text
+    assert "your attack" in text and "APGD-T" in text
+    figs, _ = figures(df.attrs["run_dir"])
+    ax = figs["convergence"].axes[0]
+    ys = ax.lines[0].get_ydata()
+    assert ys[-1] == pytest.approx(row["value"]) and len(ys) == len(rec["converge_rungs"].iloc[0].split(","))
+    assert "Converged robust accuracy" in converge_section(df)
