@@ -284,3 +284,13 @@ def test_terminal_table_plot_and_report_section(plain_run, tmp_path):
     ys = ax.lines[0].get_ydata()
     assert ys[-1] == pytest.approx(row["value"]) and len(ys) == len(rec["converge_rungs"].iloc[0].split(","))
     assert "Converged robust accuracy" in converge_section(df)
+
+
+def test_reproduce_converge_rows_and_why_others_get_none():
+    from robustbench_pid.run.study import converge_eligible
+    from robustbench_pid.study import load_study
+
+    study = load_study("digits-smoke")
+    got = {r.name: converge_eligible(r) for r in study.rows}
+    assert {k for k, (ok, _) in got.items() if ok} == {"fgsm-2", "fgsm-4", "pgd-2", "pgd-4"}
+    assert "not an attack row" in got["clean"][1] and "noise" in got["noise"][1] and "L1" in got["sld"][1]

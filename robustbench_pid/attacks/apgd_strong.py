@@ -4,8 +4,8 @@ Carlini et al. (2019): if doubling iterations and restarts changes the result, t
 not converged. The convergence ladder runs this rung on the samples the incomplete-optimisation
 indicator flags (loss still rising at the last iterate) and, at the end of the ladder, on every
 sample still robust when the ladder has not converged yet. Defaults: 5 restarts of 250 iterations
-(AutoAttack's APGD-CE runs one of 100) on the CE loss; ``loss = "dlr"`` uses the scale-invariant DLR
-loss instead. Run by pyautoattack's ``APGDAttack``.
+(AutoAttack's APGD-CE runs one of 100; the ladder's default is 5 x 100, ``strong_steps``) on the CE
+loss; ``loss = "dlr"`` uses the scale-invariant DLR loss instead. Run by pyautoattack's ``APGDAttack``.
 """
 from __future__ import annotations
 

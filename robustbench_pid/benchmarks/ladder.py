@@ -8,10 +8,10 @@ only on the samples still robust (top-1) after the rungs before it; the per-samp
 rungs is the converged verdict.
 
 Order (canonical, ``RUNG_ORDER``): the user's attack(s) (rung 0); APGD-CE and APGD-DLR with EOT when
-repeated clean forward passes disagree (a randomised model); APGD-CE; APGD-CE with more restarts and
-iterations on the samples rung 0 left with a loss still rising (incomplete optimisation); APGD-T
-(targeted DLR); FAB-T; Square; SPSA on samples whose input gradients are unavailable; a last stronger
-APGD on everything still robust when the ladder has not converged by then.
+repeated clean forward passes disagree (a randomised model); APGD-CE; APGD-T (targeted DLR); APGD-CE
+with more restarts on the samples rung 0 left with a loss still rising (incomplete optimisation);
+FAB-T; Square; SPSA on samples whose input gradients are unavailable; a last stronger APGD on
+everything still robust when the ladder has not converged by then.
 
 Stop rule: after a full rung (one run on every still-robust sample) that breaks at most
 ``tolerance(n)`` = max(tol_min, floor(tol_share * n)) samples, stop, but never before one CE-loss and
@@ -51,7 +51,7 @@ class LadderSpec:
     square_queries: int = 5000
     eot_steps: int = 100
     eot_iter: int = 20  # AutoAttack's rand version
-    strong_steps: int = 250
+    strong_steps: int = 100  # the stronger APGD: 5 restarts of AutoAttack's 100 iterations
     strong_restarts: int = 5
     spsa_iterations: int = 40  # SPSA runs only on samples without usable gradients
     spsa_samples: int = 128
@@ -118,10 +118,10 @@ def planned_rungs(spec: LadderSpec, eps: float, unstable: bool, flagged: bool, n
                 Rung("eot-dlr", "apgd_eot", {"eps": eps, "steps": s.eot_steps, "eot_iter": s.eot_iter, "loss": "dlr"},
                      loss="dlr")]
     out.append(Rung("apgd-ce", "apgd_ce", {"eps": eps, "steps": s.steps}, loss="ce"))
-    if flagged:
+    out.append(Rung("apgd-t", "apgd_t", {"eps": eps, "steps": s.steps, "targets": s.targets}, loss="dlr"))
+    if flagged:  # after APGD-T: the flagged samples it breaks cost the stronger rung nothing
         out.append(Rung("strong-flagged", "apgd_strong", {"eps": eps, "steps": s.strong_steps,
                                                           "restarts": s.strong_restarts}, scope="flagged"))
-    out.append(Rung("apgd-t", "apgd_t", {"eps": eps, "steps": s.steps, "targets": s.targets}, loss="dlr"))
     out.append(Rung("fab-t", "fab_t", {"eps": eps, "steps": s.fab_steps, "targets": s.targets}))
     out.append(Rung("square", "square", {"eps": eps, "n_queries": s.square_queries}))
     if no_grad:

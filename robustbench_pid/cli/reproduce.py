@@ -41,6 +41,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--precision", default="fp32", choices=PRECISIONS)
     p.add_argument("--workers", type=int, default=0)
     p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.add_argument("--converge", action="store_true",
+                   help="also a converged standard-protocol value (evaluate --converge) for each L-inf attack row at "
+                        "its eps, beside the paper-protocol value and the published one")
+    p.add_argument("--converge-tol", metavar="SHARE", help="the ladder's stop share (default 0.001), with --converge")
+    p.add_argument("--converge-opt", action="append", default=[], metavar="KEY=VALUE",
+                   help="other ladder settings, with --converge (benchmarks/ladder.py LadderSpec)")
 
 
 RUN_OPTIONS = ("checkpoint", "allow_pickle", "non_strict", "model_arg", "limit", "subset", "shard", "batch_size",
@@ -64,7 +70,14 @@ def run(args: argparse.Namespace) -> int:
         from ..errors import UserError
 
         raise UserError("--calibration prices the plan of a --dry-run; add --dry-run")
-    table = reproduce(plan, **opts)
+    converge = None
+    if args.converge:
+        converge = {"tol": args.converge_tol, "opt": key_values(args.converge_opt, "--converge-opt")}
+    elif args.converge_tol is not None or args.converge_opt:
+        from ..errors import UserError
+
+        raise UserError("--converge-tol / --converge-opt set the convergence ladder; add --converge")
+    table = reproduce(plan, converge=converge, **opts)
     if table is None:
         print(f"\nthis shard's rows are done; results are in {plan.out}. Once every shard has finished, "
               f"`robustbench-pid merge {plan.out}` checks the runs and writes the table")

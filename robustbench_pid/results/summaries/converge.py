@@ -23,7 +23,7 @@ from .accuracy import ID_COLUMNS, accuracy_rows, concat_rows
 CONVERGED, NOT_CONVERGED, UPPER_BOUND = "converged", "not converged", "upper bound: gradients unavailable"
 STATUSES = (CONVERGED, NOT_CONVERGED, UPPER_BOUND)
 # the rungs in the order every ladder runs them ("probe": the passes of the instability/gradient probes)
-RUNG_ORDER = ("user", "probe", "eot-ce", "eot-dlr", "apgd-ce", "strong-flagged", "apgd-t", "fab-t", "square", "spsa",
+RUNG_ORDER = ("user", "probe", "eot-ce", "eot-dlr", "apgd-ce", "apgd-t", "strong-flagged", "fab-t", "square", "spsa",
               "strong-all")
 RUNG_LABELS = {"user": "your attack", "eot-ce": "APGD-CE + EOT", "eot-dlr": "APGD-DLR + EOT", "apgd-ce": "APGD-CE",
                "strong-flagged": "APGD-CE strong (flagged)", "apgd-t": "APGD-T", "fab-t": "FAB-T", "square": "Square",
