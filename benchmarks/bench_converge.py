@@ -212,8 +212,10 @@ def render(out: Path) -> str:
         f"eps {', '.join(eps_list)} (what ran; the full 360 x 1..6/255 grid did not fit the CPU time), by "
         f"`python benchmarks/bench_converge.py --models deit pid_deit --eps {','.join(eps_list)} --limit {n[0]}`. "
         f"Robust top-1 (%); the reference is AutoAttack standard, then APGD-CE (5 restarts x 250 iterations) and "
-        f"Square (10,000 queries) on the samples AutoAttack left robust. Passes: mean per sample; wall: compute "
-        f"seconds of the ladder's and AutoAttack's work units.",
+        f"Square (10,000 queries) on the samples AutoAttack left robust. Passes: mean per sample (forward images / "
+        f"backward images), the load-free measure of cost; wall: compute seconds of the ladder's and AutoAttack's work "
+        f"units, on a 2-core machine shared with other jobs whose load varied between the two (a resumed run "
+        f"keeps its first timing), so the wall ratio is indicative only.",
         _table(bench),
         "PID DeiT minus softmax DeiT on the same samples (McNemar's exact test on the discordant samples):",
         _paired(out, eps_list),
