@@ -240,6 +240,8 @@ def diagnostics_line() -> str:
 
     found = []
     for d in sorted(RUNS_DIR.iterdir()):
+        if not (d / "records.parquet").is_file():  # docs/runs/converge/: benchmarks/bench_converge.py's own runs
+            continue
         rec = pd.read_parquet(d / "records.parquet")
         if (rec["benchmark"] == "adversarial").all() and (rec["attack"] != "clean").any():
             found += [f"{d.name}: [{f.severity}] {f.code}: {f.message}" for f in diagnose(rec)]
