@@ -76,11 +76,13 @@ class RunSpec:
     indicators: bool = False
     trace: bool = False
     agreement: int = 0
+    # --converge: the convergence ladder's settings (benchmarks/ladder.py LadderSpec); None: off
+    converge: Optional[Dict[str, Any]] = None
 
     def as_dict(self) -> Dict[str, Any]:
         d = asdict(self)
         d["out"] = str(self.out) if self.out else None
-        for key in ("analyze", "indicators", "trace", "agreement"):
-            if not d[key]:
+        for key in ("analyze", "indicators", "trace", "agreement", "converge"):
+            if not d[key] and not (key == "converge" and d[key] is not None):
                 del d[key]  # options left off: folders of runs without them keep their names
         return d

@@ -61,8 +61,9 @@ def test_load_results_schema_and_values(pgd_run: Path) -> None:
         assert col in df.columns
     # accuracy, plus the evidence that each attack worked (docs/attacks.md): passes and the indicators
     # the telemetry decides without --indicators
+    # incomplete optimisation is computed by default (issue 31: it costs no pass)
     assert set(df["metric"]) == {"top1", "top5", "passes_forward", "passes_backward", "silent_success",
-                                 "unavailable_gradients"}
+                                 "unavailable_gradients", "incomplete_optimization"}
     n_rows = len(df)
     df = df[df["metric"].isin(["top1", "top5"])]
     clean = df[(df.attack == "clean")]

@@ -179,6 +179,10 @@ class Adversarial(Benchmark):
         if ctx.spec.indicators:  # + the unconstrained run of each attack family
             names = [a.attack for a in ctx.spec.attacks]
             units += evidence.unconstrained_units(ctx, [attack_settings(ctx, a) for a in ctx.spec.attacks], names)
+        if getattr(ctx.spec, "converge", None) is not None:  # --converge: the ladder's units (benchmarks/converge.py)
+            from .converge import converge_units
+
+            units += converge_units(ctx)
         return units
 
     def batches(self, ctx: Any, unit: Unit) -> Iterator[AttackedBatch]:

@@ -4,7 +4,9 @@ Per batch of an attack unit, after the attack ran on the selected samples ``sel`
 - telemetry columns (``attacks/telemetry.py``) scattered to the whole batch, plus the loss and the
   margin (true-class logit minus the best other) at the returned point, from the verdict logits
   (no extra pass);
-- with ``--indicators``: the loss trend over the trace (incomplete optimisation) and the loss
+- always (it costs no pass: the trace is the losses the attack computed anyway, kept in memory): the
+  loss trend over the trace (incomplete optimisation), so the default output shows it;
+- with ``--indicators``: the loss
   variation at the input under repeats and tiny noise (unstable predictions: 9 extra forward
   passes per attacked sample, not charged to the attack's passes), from a generator of their own
   so the attack's draws, and so its records, are the same with or without ``--indicators``;
@@ -55,7 +57,9 @@ def unconstrained_units(ctx: Any, settings: List[dict], names: List[str]) -> Lis
 
 
 def wants_trace(ctx: Any) -> bool:
-    return bool(ctx.spec.trace or ctx.spec.indicators)
+    """Keep each sample's loss per iterate in memory: always (the incomplete-optimisation indicator reads
+    it, at no extra pass); written out only with ``--trace``."""
+    return True
 
 
 def generator_state(ctx: Any) -> bool:
@@ -98,7 +102,7 @@ def batch_evidence(ctx: Any, unit: Unit, b: Any, sel: torch.Tensor, gen_state: O
     cols["grad_zero_steps"] = _scatter(n, sel, zero, nan)
     if wants_trace(ctx):
         trace = torch.cat([tel.trace(), end[:, None]], 1).cpu().numpy()
-        if ctx.spec.indicators:
+        if not library:  # incomplete optimisation: by default, it costs no pass
             steps = tel.trace().shape[1]
             trend = loss_trend(trace) if steps >= 2 else np.full(len(trace), np.nan)
             cols["loss_trend"] = _scatter(n, sel, torch.as_tensor(trend, dtype=torch.float32, device=y.device), nan)

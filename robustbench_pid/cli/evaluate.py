@@ -85,6 +85,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     e.add_argument("--agreement", type=int, default=0, metavar="N",
                    help="with --precision bf16|fp16 or --compile: re-run N seeded samples in fp32 eager and report "
                         "how many verdicts agree")
+    c = p.add_argument_group("converged robust accuracy (docs/attacks.md)")
+    c.add_argument("--converge", action="store_true",
+                   help="per eps, escalate from your attack through APGD-CE, APGD-T, FAB-T, Square (and EOT, stronger "
+                        "APGD, SPSA where the evidence calls for them), each on the samples still robust, until a "
+                        "rung breaks (almost) nothing more; standard protocol only")
+    c.add_argument("--converge-tol", metavar="SHARE",
+                   help="stop when a full rung breaks at most this share of the samples (default 0.001) or one sample")
+    c.add_argument("--converge-opt", action="append", default=[], metavar="KEY=VALUE",
+                   help="other ladder settings, e.g. square_queries=1000 (benchmarks/ladder.py LadderSpec)")
     r.add_argument("--calibration", metavar="FWD,FB",
                    help="with --dry-run: price the plan at these forward and forward+backward images/s of the "
                         "target device (e.g. a GPU you will run on) instead of a batch measured here")
@@ -119,13 +128,22 @@ def run(args: argparse.Namespace) -> int:
               f"`robustbench-pid merge {out}` checks and assembles them once every shard has finished")
         return 0
     print(format_summary(pd.read_csv(summary_path)))
+    from ..results.summaries.converge import format_converge
+
+    text = format_converge(pd.read_csv(summary_path))
+    if text:
+        print("\n" + text)
     if spec.benchmark == "adversarial" and spec.attacks:
         from ..results.report.diagnostics import diagnose, format_findings
 
-        records = pd.read_parquet(out / "records.parquet")
-        print("\n" + format_findings(diagnose(records)))
-        from ..results.report.evidence_text import format_evidence
+        from ..results.report.evidence_text import format_evidence, overestimate_note
 
-        print("\n" + format_evidence(pd.read_csv(summary_path)))
+        records = pd.read_parquet(out / "records.parquet")
+        summary = pd.read_csv(summary_path)
+        note = overestimate_note(summary)
+        print("\n" + format_findings(diagnose(records), flagged=bool(note)))
+        print("\n" + format_evidence(summary))
+        if note:
+            print(note)
     print(f"\nwrote {out}  (records.parquet, summary.csv, run.json)")
     return 0

@@ -48,6 +48,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--precision", default="fp32", choices=PRECISIONS)
     p.add_argument("--workers", type=int, default=0)
     p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.add_argument("--converge", action="store_true",
+                   help="also a converged standard-protocol value (evaluate --converge) for each L-inf attack row at "
+                        "its eps, beside the paper-protocol value and the published one")
+    p.add_argument("--converge-tol", metavar="SHARE", help="the ladder's stop share (default 0.001), with --converge")
+    p.add_argument("--converge-opt", action="append", default=[], metavar="KEY=VALUE",
+                   help="other ladder settings, with --converge (benchmarks/ladder.py LadderSpec)")
 
 
 RUN_OPTIONS = ("checkpoint", "allow_pickle", "non_strict", "model_arg", "limit", "subset", "shard", "batch_size",
@@ -101,6 +107,11 @@ def run(args: argparse.Namespace) -> int:
 
     if args.calibration and not args.dry_run:
         raise UserError("--calibration prices the plan of a --dry-run; add --dry-run")
+    converge = None
+    if args.converge:
+        converge = {"tol": args.converge_tol, "opt": key_values(args.converge_opt, "--converge-opt")}
+    elif args.converge_tol is not None or args.converge_opt:
+        raise UserError("--converge-tol / --converge-opt set the convergence ladder; add --converge")
     checkpoints = _checkpoints(args)
     plans = [plan_study(args.study, model, data_root=args.data_root, dataset_root=args.dataset_root, out=args.out,
                         as_column=args.as_column, protocol=args.protocol, only=args.only, skip=args.skip)
@@ -117,7 +128,7 @@ def run(args: argparse.Namespace) -> int:
             continue
         if len(plans) > 1 and not args.quiet:
             print(f"== column {plan.column.name!r}: model {plan.model}")
-        table = reproduce(plan, **opts)
+        table = reproduce(plan, converge=converge, **opts)
     if args.dry_run:
         return 0
     plan = plans[-1]

@@ -123,6 +123,9 @@ def attack_meta(attack: str) -> Dict[str, Any]:
     Imports the attack registry (and torch): only for results written without the columns."""
     if attack == "clean":
         return {**condition_meta(attack), "attack_label": "Clean"}
+    if attack == "converge":  # --converge's ladder: a worst case over L-inf attacks (benchmarks/converge.py)
+        return {"attack_label": "Converged", "norm": "linf", "white_box": True, "worst_case": True,
+                "paper_eps": math.nan}
     cls = _attack_class(attack)
     if cls is None:  # a benchmark condition or an attack not installed here
         return condition_meta(attack)

@@ -134,7 +134,8 @@ def build_spec(model: str, *, attack: Union[None, str, Sequence[str]] = None, ep
                compile: bool = False, workers: int = 0, shard: Optional[str] = None, quiet: bool = False,
                dry_run: bool = False, calibration: Union[None, str, Sequence[float]] = None,
                analyze: Union[None, str, Sequence[str]] = None,
-               indicators: bool = False, trace: bool = False, agreement: int = 0) -> RunSpec:
+               indicators: bool = False, trace: bool = False, agreement: int = 0, converge: bool = False,
+               converge_tol: Union[None, float, str] = None, converge_opt: KeyValues = None) -> RunSpec:
     """The RunSpec for these settings (keywords = the ``evaluate`` flags with underscores; ``param``,
     ``model_arg`` and ``bench_opt`` take a mapping or KEY=VALUE strings).
 
@@ -144,7 +145,9 @@ def build_spec(model: str, *, attack: Union[None, str, Sequence[str]] = None, ep
     a needless ``data_root`` and options it does not take are refused here, before any work.
     A data object (``rbp.evaluate(data=...)``) has no registered name; its caller gives the split.
     ``calibration``: "FWD,FB" images/s (or a pair) that price a ``dry_run`` plan for another device.
-    ``analyze``: probes run on the attack's final points (``"attention"``: docs/benchmarks.md)."""
+    ``analyze``: probes run on the attack's final points (``"attention"``: docs/benchmarks.md).
+    ``converge``: the convergence ladder per eps (docs/attacks.md); ``converge_tol`` its stop share,
+    ``converge_opt`` its other settings (``benchmarks/ladder.py`` ``LadderSpec``)."""
     from ..data import dataset_info
 
     rates = parse_calibration(calibration)
@@ -164,6 +167,7 @@ def build_spec(model: str, *, attack: Union[None, str, Sequence[str]] = None, ep
     bench_opts = key_values(bench_opt, "--bench-opt")
     options: Dict[str, Any] = {benchmark.replace("-", "_"): bench_opts} if bench_opts else {}
     analyses = check_analyze(analyze, benchmark)
+    ladder = check_converge(converge, converge_tol, converge_opt, benchmark, protocol, specs)
     split, dataset_options = _dataset_request(dataset, split, data_root, imagenet_root, subset, skip_unreadable)
     if dataset_options:
         options["dataset"] = dataset_options
@@ -175,8 +179,37 @@ def build_spec(model: str, *, attack: Union[None, str, Sequence[str]] = None, ep
         seed=seed, device=device, precision=precision, compile=compile, num_workers=workers,
         out=Path(out) if out is not None else None, allow_pickle=allow_pickle, strict=not non_strict,
         shard=shard, quiet=quiet, arch_kwargs=arch_kwargs, analyze=analyses, indicators=bool(indicators),
-        trace=bool(trace), agreement=int(agreement),
+        trace=bool(trace), agreement=int(agreement), converge=ladder,
     )
+
+
+def check_converge(converge: Any, tol: Union[None, float, str], opt: KeyValues, benchmark: str, protocol: str,
+                   specs: List[AttackSpec]) -> Optional[Dict[str, Any]]:
+    """The ladder's settings when --converge is on (None when off), checked where they enter."""
+    if not isinstance(converge, bool):
+        raise UserError(f"converge must be true or false, got {converge!r}")
+    if not converge:
+        if tol is not None or opt:
+            raise UserError("--converge-tol / --converge-opt set the convergence ladder; add --converge")
+        return None
+    if protocol != "standard":
+        raise UserError(f"--converge works in the standard protocol only (pixel-space eps-balls, true labels); the "
+                        f"{protocol!r} protocol's numbers are not worst cases. Drop --converge or use --protocol standard")
+    if benchmark != "adversarial":
+        raise UserError(f"--converge escalates attacks: it needs the adversarial benchmark, not {benchmark!r}")
+    from ..attacks import get_attack
+    from ..benchmarks.ladder import LadderSpec
+
+    if not any(get_attack(s.attack).norm == "linf" and get_attack(s.attack).worst_case for s in specs):
+        raise UserError("--converge needs at least one L-inf attack to start from (rung 0), e.g. --attack pgd "
+                        "--eps 4/255; the ladder's rungs are L-inf attacks at the same eps")
+    options = key_values(opt, "--converge-opt")
+    if tol is not None:
+        try:
+            options["tol_share"] = float(tol)
+        except (TypeError, ValueError):
+            raise UserError(f"--converge-tol {tol!r}: expected a share such as 0.001 (= 0.1%)") from None
+    return LadderSpec.from_options(options).as_dict()
 
 
 def check_analyze(analyze: Union[None, str, Sequence[str]], benchmark: str) -> List[str]:

@@ -169,6 +169,49 @@ def row_spec(plan: StudyPlan, row: Row, **opts: Any) -> RunSpec:
                       out=plan.row_dir(row), **attack, **opts)
 
 
+CONVERGED = "converged"  # the entry's sub-folder of --converge runs, beside the protocol folders
+
+
+def converge_eligible(row: Row) -> Tuple[bool, str]:
+    """Whether ``row`` gets a converged column (``--converge``) and, if not, why not."""
+    from ..attacks import get_attack
+
+    if row.attack is None:
+        return False, "not an attack row (clean, corruption or OOD metrics have no eps-ball to converge over)"
+    cls = get_attack(row.attack["name"])
+    if cls.norm != "linf":
+        return False, f"{cls.norm.upper()} attack: the ladder's rungs are L-inf attacks"
+    if not cls.worst_case:
+        return False, "random noise is not a worst-case search"
+    if attack_settings(row).get("eps") is None:
+        return False, "no eps in the row"
+    return True, ""
+
+
+def converge_specs(plan: StudyPlan, rows: Sequence[Row], converge: Dict[str, Any], **opts: Any
+                   ) -> List[Tuple[Row, RunSpec]]:
+    """One standard-protocol ``--converge`` run per eligible row, at the row's eps (pixel units), in
+    ``<entry>/converged/<row>``; the others are named with the reason on the terminal."""
+    from .spec_builder import build_spec
+
+    out = []
+    for r in rows:
+        ok, why = converge_eligible(r)
+        if not ok:
+            if not opts.get("quiet"):
+                print(f"converge: row {r.name!r} gets no converged value: {why}")
+            continue
+        settings = attack_settings(r)
+        eps = settings.pop("eps")
+        o = dict(opts)
+        model_arg = {**plan.column.model_args, **dict(o.pop("model_arg", None) or {})}
+        out.append((r, build_spec(plan.model, dataset=r.dataset, data_root=plan.roots.get(r.dataset),
+                                  protocol="standard", model_arg=model_arg, attack=[r.attack["name"]], eps=[eps],
+                                  param=settings, out=plan.entry / CONVERGED / r.name, converge=True,
+                                  converge_tol=converge.get("tol"), converge_opt=converge.get("opt"), **o)))
+    return out
+
+
 def prepare_folder(plan: StudyPlan, checkpoint: Optional[str]) -> None:
     """The study copy and the entry file; a folder holding another study is refused."""
     plan.out.mkdir(parents=True, exist_ok=True)
@@ -191,15 +234,17 @@ def report_missing(plan: StudyPlan) -> None:
         print(f"missing: row {name!r} will not run: {why} (give --dataset-root DATASET=PATH, or --skip {name})")
 
 
-def reproduce(plan: StudyPlan, **opts: Any) -> Optional[str]:
-    """Run every row of ``plan`` that can run; the table's Markdown once every row is complete, else None."""
-    from ..run.runner import run
-
+def reproduce(plan: StudyPlan, converge: Optional[Dict[str, Any]] = None, **opts: Any) -> Optional[str]:
+    """Run every row of ``plan`` that can run; the table's Markdown once every row is complete, else None.
+    ``converge`` ({"tol": ..., "opt": ...}): also a converged standard-protocol run per L-inf attack row."""
     from ..run.context import check_arguments
+    from ..run.runner import run
 
     report_missing(plan)
     rows = [r for r in plan.rows if r.name not in plan.missing]
     specs = [(r, row_spec(plan, r, **dict(opts))) for r in rows]  # every row's settings checked before any work
+    if converge is not None:
+        specs += converge_specs(plan, rows, converge, **opts)
     for r, spec in specs:  # --shard, --batch-size, --workers ...: refused before anything is written
         check_arguments(spec)
     for r, spec in specs:  # one configuration per row folder, refused before any row runs (one_config.py)
@@ -211,5 +256,5 @@ def reproduce(plan: StudyPlan, **opts: Any) -> Optional[str]:
             print(f"[{i + 1}/{len(specs)}] row {r.name!r} ({r.label}): {spec.dataset}, {plan.protocol} protocol -> "
                   f"{spec.out}")
         run(spec)
-    done = all((read_json(plan.row_dir(r) / "run.json") or {}).get("status") == "complete" for r in rows)
+    done = all((read_json(spec.out / "run.json") or {}).get("status") == "complete" for _, spec in specs)
     return write_study_table(plan.out) if done else None

@@ -79,8 +79,16 @@ def _num(v: Any) -> Optional[float]:
     return f if math.isfinite(f) else None
 
 
-def pick(summary: pd.DataFrame, row: Row, metric: str) -> Optional[pd.Series]:
-    """The summary line that is ``metric`` of ``row`` (its attack at its eps, or the clean pass)."""
+def pick(summary: pd.DataFrame, row: Row, metric: str, converged: bool = False) -> Optional[pd.Series]:
+    """The summary line that is ``metric`` of ``row`` (its attack at its eps, or the clean pass);
+    ``converged``: the ``--converge`` value at the row's eps instead (top-1 only)."""
+    if converged:
+        eps = attack_settings(row).get("eps") if row.attack is not None else None
+        if eps is None or metric != "top1" or "benchmark" not in summary.columns:
+            return None
+        sub = summary[(summary["benchmark"] == "converge") & (summary["metric"] == "top1")]
+        sub = sub[(sub["eps"].astype(float) - eps).abs() <= 1e-6 * max(1.0, eps)]
+        return None if sub.empty else sub.iloc[0]
     derived = {"corrupted_top1": ("mean_err", lambda v: 100.0 - v), "params_m": ("params", lambda v: v / 1e6),
                "gmac_per_sample": ("macs_per_sample", lambda v: v / 1e9)}
     if metric in derived:
@@ -139,13 +147,19 @@ def study_cells(out: Path) -> Tuple[Study, List[Cell], List[str]]:
                 if summary is None:
                     notes.append(f"{e['model']} as {e['column']!r}, {proto} protocol: row {r.name!r} not run "
                                  f"(or not finished) in {run_dir}")
+                converged = proto == "converged"  # reproduce --converge: standard-protocol converged runs
+                if converged and summary is None:
+                    notes.pop()
+                    notes.append(f"{e['model']} as {e['column']!r}: row {r.name!r} has no converged value (an L-inf "
+                                 f"attack row only; the others are named when reproduce --converge runs)")
                 for m in r.metrics:
-                    line = pick(summary, r, m) if summary is not None else None
+                    line = pick(summary, r, m, converged) if summary is not None else None
                     if line is not None and m in BOOTSTRAPPED and _num(line["ci_low"]) is None:
                         line = with_bootstrap_interval(line, run_dir)
                     paper = (r.published or {}).get(e["column"], {}).get(m)
                     n = _num(line["n"]) if line is not None else None
-                    cells.append(Cell(r.name, r.label, m, e["column"], e["model"], proto, paper,
+                    cells.append(Cell(r.name, r.label, m, e["column"], e["model"],
+                                      "converged, standard" if converged else proto, paper,
                                       _num(line["value"]) if line is not None else None,
                                       _num(line["ci_low"]) if line is not None else None,
                                       _num(line["ci_high"]) if line is not None else None,

@@ -22,9 +22,10 @@ from ..files.verify import verify_file
 CHECK_KEY = ["model", "dataset", "protocol", "attack", "eps", "metric", "condition"]  # condition: e.g. layer=3
 IDENTITY = ["setting", "settings_id", "samples_id", "settings"]
 ENVIRONMENT = ["device", "precision", "versions"]
+# status: what kind of number a converged value is (--converge: converged / not converged / upper bound); "" otherwise
 BASELINE_COLUMNS = CHECK_KEY + ["value", "n", "ci_low", "ci_high", "benchmark", "checkpoint_sha256"] + IDENTITY + \
-    ENVIRONMENT
-STRING_COLS = ("dataset", "protocol", "condition", "benchmark") + tuple(IDENTITY) + tuple(ENVIRONMENT)
+    ENVIRONMENT + ["status"]
+STRING_COLS = ("dataset", "protocol", "condition", "benchmark", "status") + tuple(IDENTITY) + tuple(ENVIRONMENT)
 
 
 def _match_id(settings: str) -> str:

@@ -11,6 +11,9 @@ no longer measures the same thing:
   random start, another loss, the paper instead of the standard protocol, ...). A weaker attack
   must never pass for an improvement; the report names each setting (old -> new), and
   ``--update`` is how a change is accepted on purpose.
+- ``STATUS-CHANGED``: a converged value (``--converge``) changed status (``converged`` to ``not
+  converged`` or to ``upper bound: gradients unavailable``, or back): the number no longer means the
+  same kind of thing, even when its value held.
 - ``SAMPLES-CHANGED``: the number was computed on another sample set (n or ids). When the results
   carry per-sample records and the baseline has its per-sample sidecar (written by ``--update``),
   old and new are shown on the samples both have.
@@ -45,7 +48,8 @@ from ..stats.stats import newcombe_difference_interval
 
 MATCH_KEY = ["model", "dataset", "attack", "eps", "metric", "condition"]  # + the settings (protocol included)
 EPS = 1e-6  # absorbs float formatting in the CSV; far below one sample (100/n points)
-FAILING = ("REGRESSED", "MISSING", "SETTINGS-CHANGED", "SAMPLES-CHANGED")
+FAILING = ("REGRESSED", "MISSING", "SETTINGS-CHANGED", "SAMPLES-CHANGED", "STATUS-CHANGED")
+NOT_GATED = ("rung_top1",)  # the convergence curve: evidence-driven rungs differ between runs; its end is gated
 
 def lower_is_better(metric: str) -> bool:
     """mCE/CE/FPR, and the indicators of attack failure (a rise in flagged samples is the regression)."""
@@ -87,7 +91,7 @@ class CheckResult:
                "interval", "delta 95% CI"]]
             lines.append(t.to_string(index=False))
             lines.append("")
-        changed = r[r["status"].isin(["SETTINGS-CHANGED", "SAMPLES-CHANGED"])]
+        changed = r[r["status"].isin(["SETTINGS-CHANGED", "SAMPLES-CHANGED", "STATUS-CHANGED"])]
         for _, c in changed.iterrows():
             lines.append(f"{c['status']}: {c['model']} {c['dataset']} {c['attack']} "
                          f"eps={eps_text(c['eps'], c['norm'])} {c['metric']}: {c['changes']}")
@@ -100,7 +104,7 @@ class CheckResult:
             f"check against {self.baseline or 'baseline'}: {len(r)} rows; "
             f"{counts.get('ok', 0)} ok, {counts.get('REGRESSED', 0)} regressed, {counts.get('MISSING', 0)} missing, "
             f"{counts.get('SETTINGS-CHANGED', 0)} with changed settings, {counts.get('SAMPLES-CHANGED', 0)} with "
-            f"changed samples, {counts.get('improved', 0)} improved, {counts.get('within-noise', 0)} drops not "
+            f"changed samples, {counts.get('STATUS-CHANGED', 0)} with a changed converge status, {counts.get('improved', 0)} improved, {counts.get('within-noise', 0)} drops not "
             f"significant, {counts.get('new', 0)} new; tolerance {self.tolerance:g} pp, failing on {mode}")
         lines += [f"note: {n}" for n in self.notes]
         lines.append("FAILED" if not self.ok else "PASSED")
@@ -141,6 +145,7 @@ def current_rows(data: Any, metrics: Optional[Sequence[str]] = None,
             else:
                 df[col] = from_run
     df = normalize(df)
+    df = df[~df["metric"].isin(NOT_GATED)]
     if metrics:
         df = df[df["metric"].isin(metrics)]
     dup = df.duplicated(CHECK_KEY + ["_match"], keep=False)
@@ -269,8 +274,12 @@ def compare(current: pd.DataFrame, baseline: pd.DataFrame, tolerance: float = 0.
         cross = all(env_old) and all(env_new) and env_old != env_new
         if cross:
             env_diff.add((env_old, env_new))
+        st_old, st_new = str(r.get("status_old") or ""), str(r.get("status_new") or "")
         if samples_changed:
             out["status"] = "SAMPLES-CHANGED"
+        elif st_old and st_new and st_old != st_new:
+            out["status"] = "STATUS-CHANGED"
+            out["changes"] = f"status: {st_old} → {st_new}"
         elif worse > tolerance + EPS:
             if (significant or cross) and have_ci:
                 sig = out["delta_ci_high"] < 0 if not lower_is_better(str(r["metric"])) else out["delta_ci_low"] > 0
@@ -289,7 +298,7 @@ def compare(current: pd.DataFrame, baseline: pd.DataFrame, tolerance: float = 0.
     res = pd.DataFrame(rows)
     if res.empty:
         return pd.DataFrame(columns=CHECK_KEY + ["status", "old", "new", "delta", "changes"])
-    order = {"REGRESSED": 0, "SETTINGS-CHANGED": 1, "SAMPLES-CHANGED": 2, "MISSING": 3, "within-noise": 4,
+    order = {"REGRESSED": 0, "SETTINGS-CHANGED": 1, "SAMPLES-CHANGED": 2, "STATUS-CHANGED": 2, "MISSING": 3, "within-noise": 4,
              "improved": 5, "new": 6, "ok": 7}
     res["_o"] = res["status"].map(order)
     return res.sort_values(["_o"] + CHECK_KEY, kind="stable").drop(columns="_o").reset_index(drop=True)

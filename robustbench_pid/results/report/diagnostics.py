@@ -279,8 +279,12 @@ def diagnose(records: pd.DataFrame) -> List[Finding]:
     return findings
 
 
-def format_findings(findings: List[Finding]) -> str:
-    """Plain text for the terminal, one finding a line."""
+def format_findings(findings: List[Finding], flagged: bool = False) -> str:
+    """Plain text for the terminal, one finding a line. ``flagged``: indicators of attack failure flag
+    samples (``evidence_text.overestimate_note``), so "no signs" would claim more than the checks support."""
+    if not findings and flagged:
+        return ("diagnostics: the gradient-masking checks that ran found nothing, but the indicators flag samples the "
+                "attack may not have solved (see the warning below): that is no evidence the numbers are sound")
     if not findings:
         return "diagnostics: no gradient-masking signs or broken-model signs found by the checks that ran"
     return "\n".join(["diagnostics:"] + [f"  [{f.severity}] {f.code}: {f.message}" for f in findings])
@@ -296,9 +300,13 @@ def attach_diagnostics(df: Any, records: pd.DataFrame, warn: bool = True) -> Lis
     ``df.attrs["diagnostics"]`` (one dict per finding) and ``df.attrs["diagnostics_text"]``, each
     ``[error]`` finding raised as a :class:`DiagnosticWarning` unless ``warn`` is False
     (``rbp.evaluate(..., quiet=True)``)."""
+    from .evidence_text import overestimate_note
+    from .store import summarize
+
     findings = diagnose(records)
+    note = overestimate_note(summarize(records)) if "benchmark" in records.columns else ""
     df.attrs["diagnostics"] = [asdict(f) for f in findings]
-    df.attrs["diagnostics_text"] = format_findings(findings)
+    df.attrs["diagnostics_text"] = format_findings(findings, flagged=bool(note)) + (f"\n{note}" if note else "")
     if warn:
         for f in findings:
             if f.severity == "error":

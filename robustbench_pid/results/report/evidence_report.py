@@ -25,3 +25,19 @@ def evidence_section(rows: pd.DataFrame) -> str:
             "verdict agreement with fp32 eager.</p>"
             f"<div style='overflow-x:auto'><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>"
             + (f"<ul class='notes'>{items}</ul>" if items else ""))
+
+
+def converge_section(rows: pd.DataFrame) -> str:
+    """HTML: per ``--converge`` condition, the converged value, its status and the convergence curve
+    (empty when the results hold no ladder rows); the curve's plot is in the Plots section."""
+    from .summaries.converge import format_converge
+
+    text = format_converge(rows if rows is not None else pd.DataFrame())
+    if not text:
+        return ""
+    return ("<h2 id='converge'>Converged robust accuracy</h2>"
+            "<p class='muted'>Per eps, a ladder of attacks each run only on the samples still robust (your attack, "
+            "APGD-CE, APGD-T, FAB-T, Square, and EOT / stronger APGD / SPSA where the evidence calls for them) until "
+            "a full rung breaks at most the stated tolerance; the status says whether the number converged or is "
+            "only an upper bound (docs/attacks.md).</p>"
+            f"<pre>{html.escape(text)}</pre>")

@@ -69,3 +69,27 @@ def format_evidence(summary: pd.DataFrame) -> str:
     lines += [f"  n/a{i + 1}: {n}" if not n.startswith(("warning",)) and ": warning" not in n else f"  {n}"
               for i, n in enumerate(notes)]
     return "\n".join(lines)
+
+
+OVERESTIMATE = ("incomplete_optimization", "unavailable_gradients")  # flags that say: robust accuracy may be too high
+
+
+def overestimate_note(summary: pd.DataFrame) -> str:
+    """One line when an indicator that costs no extra pass flags attacked samples: the number may be an
+    overestimate, and ``--converge`` is the way to a converged one ('' when nothing is flagged)."""
+    if summary.empty or "metric" not in summary.columns:
+        return ""
+    bench = summary["benchmark"].astype(str) if "benchmark" in summary.columns else pd.Series("", index=summary.index)
+    rows = summary[summary["metric"].isin(OVERESTIMATE) & (bench != "converge")]
+    rows = rows[pd.to_numeric(rows["value"], errors="coerce") > 0]
+    if rows.empty:
+        return ""
+    worst = rows.loc[pd.to_numeric(rows["value"]).idxmax()]
+    norm = str(worst.get("norm", "") or "")
+    names = {"incomplete_optimization": "incomplete optimisation", "unavailable_gradients": "unavailable gradients"}
+    what = (f"{names[str(worst['metric'])]} flags up to {float(worst['value']):.1f}% of the attacked samples "
+            f"({worst.get('setting', worst['attack'])} @ {eps_text(float(worst['eps']), norm)})")
+    done = (bench == "converge").any()
+    then = ("the converged values above are the ones to report" if done else
+            "run again with --converge for a converged value (docs/attacks.md)")
+    return f"warning: the robust accuracy may be an overestimate in {len(rows)} condition(s): {what}; {then}"

@@ -22,7 +22,7 @@ from ...core.version import __version__
 from ..tables.comparisons import compare_models
 from .attention_report import attention_section
 from .diagnostics import diagnose
-from .evidence_report import evidence_section
+from .evidence_report import converge_section, evidence_section
 from ..inputs import AGGREGATE_METRICS, Inputs, as_inputs, attack_norms
 from ...core.labels import eps_text
 from ..files.outputs import output_file, write_text
@@ -208,6 +208,7 @@ def build_report(data: Any, title: str = "Robustness report", n_boot: int = 1000
     diag, _ = diagnostics_section(inp)
     sections.append("<h2>Gradient-masking diagnostics</h2>" + diag)
     sections.append(evidence_section(inp.rows))  # indicators of attack failure (evidence_report.py)
+    sections.append(converge_section(inp.rows))  # --converge: converged value, status, curve
     sections.append("<h2>Provenance</h2>" + provenance_section(inp.runs, attack_norms(inp.rows)))
     stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     head = (f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>{_esc(title)}</title>"

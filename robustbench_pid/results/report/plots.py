@@ -1,5 +1,5 @@
-"""Plots (matplotlib): accuracy against eps, accuracy against attack cost, per-corruption CE bars, rank-collapse
-curves.
+"""Plots (matplotlib): accuracy against eps, accuracy against attack cost, the convergence ladder's curve,
+per-corruption CE bars, rank-collapse curves.
 
 Each plot is a function taking results (a path, tidy DataFrame or records) and returning a
 ``matplotlib.figure.Figure`` (or ``None`` when the results hold nothing for it), so a notebook can
@@ -264,15 +264,48 @@ def plot_accuracy_vs_cost(data: Any, ce_baseline: Optional[str] = None):
     return fig
 
 
+def plot_convergence(data: Any, ce_baseline: Optional[str] = None) -> Any:
+    """``--converge``'s curve: robust accuracy after each rung against the cumulative passes per sample,
+    one panel per eps, one line per model and ladder (its status in the legend, so an upper bound
+    never reads as a converged number). None when the results hold no ladder rows."""
+    df = as_inputs(data, ce_baseline=ce_baseline).results
+    if "benchmark" not in df.columns:
+        return None
+    rows = df[(df["benchmark"] == "converge") & (df["metric"] == "rung_top1")].copy()
+    if rows.empty:
+        return None
+    rows["passes"] = rows["passes_forward_cum"].astype(float) + rows["passes_backward_cum"].astype(float)
+    panels = sorted(rows["eps"].unique())
+    fig, axes, ncol = _panel_grid(len(panels))
+    for ax, eps in zip(axes, panels):
+        sub = rows[rows["eps"] == eps]
+        for i, ((label, sid), s) in enumerate(sub.groupby(["label", "settings_id"], sort=True)):
+            s = s.sort_values("rung_index")
+            ax.errorbar(s["passes"], s["value"], yerr=[s["value"] - s["ci_low"], s["ci_high"] - s["value"]],
+                        marker="o", ms=3.5, capsize=2, color=f"C{i % 10}",
+                        label=f"{label} ({s['status'].iloc[0] if 'status' in s.columns else ''})")
+            for _, r in s.iterrows():
+                ax.annotate(str(r["rung"]), (r["passes"], r["value"]), fontsize=6, xytext=(2, 3),
+                            textcoords="offset points")
+        ax.set_xscale("symlog", linthresh=10)
+        ax.set_title(f"eps {float(eps) * 255:g}/255")
+        _accuracy_axes(ax, "cumulative passes per sample (forward + backward)", "robust top-1 accuracy (%)")
+    _finish_panels(fig, axes, len(panels), ncol, "Convergence ladder",
+                   "(95% Wilson bars; later rungs attack only samples still robust)")
+    return fig
+
+
 PLOTS: Dict[str, Callable[[Any], Any]] = {
     "eps_curves_top1": lambda d: plot_eps_curves(d, "top1"),
     "eps_curves_top5": lambda d: plot_eps_curves(d, "top5"),
     "corruption_errors": plot_corruption_errors,
     "accuracy_vs_cost": plot_accuracy_vs_cost,
+    "convergence": plot_convergence,
 }
 SKIP_REASONS = {"eps_curves_top1": "no attack rows", "eps_curves_top5": "no attack rows",
                 "accuracy_vs_cost": "no iterative attack with pass counts (runs before the evidence telemetry)",
-                "corruption_errors": "no per-corruption rows (evaluate --benchmark corruptions)"}
+                "corruption_errors": "no per-corruption rows (evaluate --benchmark corruptions)",
+                "convergence": "no convergence ladder rows (evaluate --converge)"}
 
 
 def figures(data: Any, ce_baseline: Optional[str] = None) -> Tuple[Dict[str, Any], List[str]]:

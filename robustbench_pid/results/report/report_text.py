@@ -5,6 +5,7 @@ import pandas as pd
 
 from ...core.labels import eps_text
 from .evidence_rows import EVIDENCE_METRICS
+from ..summaries.converge import CONVERGE_METRICS
 
 
 def format_summary(summary: pd.DataFrame) -> str:
@@ -21,7 +22,7 @@ def format_summary(summary: pd.DataFrame) -> str:
         df["condition"] = df["condition"].fillna("").astype(str)
         keys.append("condition")
     acc = df[df["metric"].isin(["top1", "top5"])]
-    other = df[~df["metric"].isin(["top1", "top5", *EVIDENCE_METRICS])]  # evidence: evidence_text's matrix
+    other = df[~df["metric"].isin(["top1", "top5", *EVIDENCE_METRICS, *CONVERGE_METRICS])]  # evidence_text / converge
     parts = []
     if len(acc):
         wide = acc.pivot_table(index=keys, columns="metric", values="cell", aggfunc="first", sort=False)

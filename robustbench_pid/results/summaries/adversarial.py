@@ -25,6 +25,8 @@ def worst_case_records(records: pd.DataFrame) -> pd.DataFrame:
     if records.empty or "attack" not in records:
         return pd.DataFrame()
     adv = records[~records["attack"].isin(["clean", WORST_CASE])]
+    if "benchmark" in adv.columns:  # --converge's ladder is its own worst case, with its own rows
+        adv = adv[adv["benchmark"].astype(str) != "converge"]
     if adv.empty:
         return pd.DataFrame()
     adv = add_identity(adv)

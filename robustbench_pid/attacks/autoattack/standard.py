@@ -22,11 +22,11 @@ from typing import Tuple
 
 import torch
 
-from . import attacks
-from ._box import to_unit_box
-from .base import Attack, Bounds, project_linf
-from .telemetry import Counted
-from .square import rng_devices, seed_from
+from .. import attacks
+from .._box import to_unit_box
+from ..base import Attack, Bounds, project_linf
+from ..telemetry import Counted
+from ..square import rng_devices, seed_from
 
 
 @attacks.register("autoattack")
@@ -49,7 +49,7 @@ class AutoAttack(Attack):
 
     def validate(self, loc: str = "") -> None:
         super().validate(loc)
-        from ..errors import UserError
+        from ...errors import UserError
 
         if self.version != "standard":
             raise UserError(f"{loc}attack 'autoattack': version must be 'standard' (the only one reported "

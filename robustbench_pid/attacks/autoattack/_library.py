@@ -1,0 +1,58 @@
+"""Run one of pyautoattack's component attacks (APGD, APGD-T, FAB, Square) under the harness's rules.
+
+Why one helper: every library attack needs the same four wrappers, and getting one wrong silently
+changes results. (1) Its seed is drawn from the run's generator (the classes otherwise seed from a
+constant or the clock) and the global RNG it reseeds is restored afterwards (``fork_rng``), so it
+neither ignores nor disturbs the run's seeding. (2) Any box, or no box (paper protocol), maps onto
+the [0, 1] box the library clamps to (``_box``). (3) Passes are counted by a ``Counted`` model and
+charged to the telemetry (per batch: each sample gets the batch mean). (4) The library's zero-gradient
+warnings go to a silent logger: the harness reports gradients itself.
+"""
+from __future__ import annotations
+
+import logging
+from typing import Any, Callable, Optional
+
+import torch
+
+from .._box import to_unit_box
+from ..base import Attack, Bounds, project_linf
+from ..square import rng_devices, seed_from
+from ..telemetry import Counted
+
+Build = Callable[[torch.nn.Module, float, int], Any]  # (model on [0, 1], eps in box units, seed) -> attack
+
+_QUIET = logging.getLogger("robustbench_pid.library_attacks")
+_QUIET.setLevel(logging.ERROR)
+
+
+def quiet_logger() -> logging.Logger:
+    """A logger the library's informational warnings go to (dropped: level ERROR)."""
+    return _QUIET
+
+
+def n_targets(requested: int, n_classes: int) -> int:
+    """Target classes a targeted attack can use: at most ``n_classes - 1`` (the library indexes
+    the sorted logits by target rank and would fail beyond that)."""
+    return max(1, min(int(requested), int(n_classes) - 1))
+
+
+def run_library(attack: Attack, model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, bounds: Bounds,
+                generator: torch.Generator, build: Build,
+                call: Optional[Callable[[Any, torch.Tensor, torch.Tensor], torch.Tensor]] = None) -> torch.Tensor:
+    """``build`` the library attack on the boxed model, run it on (x, y), return points in the ball."""
+    seed = seed_from(generator)
+    counted = Counted(model)
+    boxed, u, eps, back = to_unit_box(counted, x, attack.eps, bounds)
+    obj = build(boxed, eps, seed)
+    with torch.random.fork_rng(devices=rng_devices(x)):
+        u_adv = call(obj, u, y) if call is not None else obj.perturb(u, y)
+        counted.settle(attack.telemetry)
+    # undo the affine map, then remove its float rounding (~1e-8) so the ball holds exactly
+    return project_linf(back(u_adv.detach()), x, attack.eps, bounds)
+
+
+def classes_of(model: torch.nn.Module, x: torch.Tensor) -> int:
+    """Number of classes, from one forward pass of a single image (targeted attacks need it)."""
+    with torch.no_grad():
+        return int(model(x[:1]).shape[1])

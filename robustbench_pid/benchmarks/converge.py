@@ -1,0 +1,203 @@
+"""``--converge``: per eps, the convergence ladder (``ladder.py``) as work units of the run.
+
+Why units like every other condition: a ladder on 10,000 ImageNet images is hours of GPU time; it
+must resume after a kill and split over shards. One unit = one eps x one chunk of samples; its key
+hashes the user's attacks (rung 0) and the ladder's settings, so a re-run resumes and another
+tolerance is another condition.
+
+Rung 0 is the user's own attack run exactly as its ``adversarial`` unit ran it (same batches, same
+generator seed, same samples attacked), so the converged value is read against the very number the
+user got; its loss trace (kept in memory only) feeds the incomplete-optimisation flags that add the
+stronger APGD rung. Standard protocol only: the ladder's rungs work in pixel space on true labels.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from typing import Any, Dict, Iterator, List, Tuple
+
+import numpy as np
+import torch
+
+from ..attacks import make_attack
+from ..attacks.base import still_correct
+from ..runtime.device import attack_precision
+from ..results.report.indicators import LIBRARY_ATTACKS, TREND_TAU, loss_trend
+from ..specs import Unit, chunks
+from . import Benchmark, Column, benchmarks
+from .ladder import PROBE, Ladder, LadderSpec, climb, gradients_unavailable, predictions_unstable, run_rung
+
+CONVERGE = "converge"
+META = {"attack_label": "Converged", "norm": "linf", "white_box": True, "worst_case": True, "paper_eps": float("nan")}
+
+
+def rung0_attacks(ctx: Any) -> Dict[float, List[Tuple[str, str]]]:
+    """eps -> the user's L-inf worst-case attacks at it, as (name, canonical settings JSON): the
+    standard protocol's settings, i.e. exactly those its adversarial units hash and seed from."""
+    out: Dict[float, List[Tuple[str, str]]] = {}
+    for a in ctx.spec.attacks:
+        attack = make_attack(a.attack, **a.params)
+        params = attack.params()
+        if attack.norm != "linf" or not attack.worst_case:
+            continue
+        js = json.dumps(params, sort_keys=True)
+        lst = out.setdefault(float(params["eps"]), [])
+        if (a.attack, js) not in lst:
+            lst.append((a.attack, js))
+    return out
+
+
+def converge_units(ctx: Any) -> List[Unit]:
+    """One unit per eps and chunk (added to the adversarial plan when ``spec.converge`` is set)."""
+    spec = LadderSpec.from_options(ctx.spec.converge)
+    units: List[Unit] = []
+    for eps, rung0 in rung0_attacks(ctx).items():
+        js = json.dumps({"rung0": [[n, json.loads(p)] for n, p in rung0], "ladder": spec.as_dict()}, sort_keys=True)
+        for s, e in chunks(len(ctx.indices), ctx.spec.chunk_size):
+            units.append(Unit(CONVERGE, CONVERGE, eps, js, "", s, e))
+    return units
+
+
+@benchmarks.register(CONVERGE)
+class Converge(Benchmark):
+    """The ladder's units; planned by the ``adversarial`` benchmark when ``--converge`` is given."""
+
+    name = CONVERGE
+
+    def plan(self, ctx: Any) -> List[Unit]:
+        return converge_units(ctx)
+
+    def run_unit(self, ctx: Any, unit: Unit) -> Any:
+        from . import gather
+
+        parts = [self._run(ctx, unit)]
+        return gather(parts)
+
+    def passes(self, ctx: Any, unit: Unit) -> Tuple[float, float]:
+        """Worst case: rung 0, the probes, APGD-CE, APGD-T, FAB-T and Square on every sample."""
+        p = json.loads(unit.params)
+        s = LadderSpec.from_options(p["ladder"])
+        fwd, fb = 3.0 + s.square_queries + s.fab_steps * s.targets, 2.0 + s.steps * (1 + s.targets)
+        for name, params in p["rung0"]:
+            f, b = make_attack(name, **params).passes()
+            fwd, fb = fwd + f, fb + b
+        return fwd, fb
+
+    def _run(self, ctx: Any, unit: Unit) -> Dict[str, Column]:
+        p = json.loads(unit.params)
+        spec = LadderSpec.from_options(p["ladder"])
+        model, attacked = ctx.verdict_model(), ctx.attacked_model()
+        xs, ys, sids, logits = [], [], [], []
+        robust_parts, flag_parts, fwd0, bwd0 = [], [], [], []
+        rung0 = [(name, params) for name, params in p["rung0"]]
+        gens = [ctx.generator(Unit("adversarial", name, unit.eps, json.dumps(params, sort_keys=True), "",
+                                   unit.start, unit.stop)) for name, params in rung0]
+        for x, y, ids, memo in ctx.batches(unit):
+            clean = memo.get("clean_logits") if memo is not None else None
+            if clean is None:
+                with torch.inference_mode():
+                    clean = model(x).float()
+            c1, c5 = still_correct(clean, y, 1), still_correct(clean, y, 5)
+            robust, flagged, f0, b0 = self._rung0(ctx, rung0, gens, x, y, c1, c5)
+            xs.append(x)
+            ys.append(y)
+            sids += list(ids)
+            logits.append(clean)
+            robust_parts.append(robust)
+            flag_parts.append(flagged)
+            fwd0.append(f0)
+            bwd0.append(b0)
+            ctx.advance(len(ids))
+        x, y, clean = torch.cat(xs), torch.cat(ys), torch.cat(logits)
+        c1 = still_correct(clean, y, 1)
+        ladder = Ladder(robust=torch.cat(robust_parts).cpu().clone())
+        rung0_robust = ladder.robust.clone()
+        everyone = torch.arange(len(y))
+        ladder.charge("user", everyone, torch.cat(fwd0), torch.cat(bwd0))
+        ladder.history.append({"id": "user", "attacked": int(c1.sum()), "broke": int((c1.cpu() & ~rung0_robust).sum()),
+                               "full": True, "label": "+".join(n for n, _ in rung0)})
+        for i in (c1.cpu() & ~rung0_robust).nonzero().squeeze(1).tolist():
+            ladder.broken_by[i] = "user"
+        flagged = torch.cat(flag_parts).cpu()
+        # probes: repeated clean passes (randomised model?) and input gradients of the still-robust samples
+        sel = c1.nonzero().squeeze(1)
+        unstable = bool(len(sel)) and predictions_unstable(model, x[sel], clean[sel], spec.unstable_rtol)
+        ladder.charge(PROBE, sel.cpu(), torch.full((len(sel),), 2.0), torch.zeros(len(sel)))
+        no_grad = torch.zeros(len(y), dtype=torch.bool)
+        rob = ladder.robust.nonzero().squeeze(1)
+        bs = max(1, ctx.batch_size)
+        for s in range(0, len(rob), bs):
+            idx = rob[s:s + bs]
+            with attack_precision(ctx.device, ctx.spec.precision):
+                no_grad[idx] = gradients_unavailable(attacked, x[idx.to(x.device)], y[idx.to(x.device)]).cpu()
+        ladder.charge(PROBE, rob, torch.ones(len(rob)), torch.full((len(rob),), 2.0))
+        gen = ctx.generator(unit)
+
+        def run(rung: Any, idx: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+            d = idx.to(x.device)
+            with attack_precision(ctx.device, ctx.spec.precision):
+                return run_rung(rung, attacked, model, x[d], y[d], gen, bs)
+
+        climb(ladder, spec, unit.eps, run, unstable=unstable, flagged=flagged, no_grad=no_grad)
+        return self._records(ladder, sids, y, clean, c1, rung0_robust, flagged, no_grad, unstable, spec)
+
+    def _rung0(self, ctx: Any, rung0: List[Tuple[str, Dict[str, Any]]], gens: List[torch.Generator], x: torch.Tensor,
+               y: torch.Tensor, c1: torch.Tensor, c5: torch.Tensor
+               ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The user's attacks on this batch exactly as their adversarial units ran them: (robust after
+        all of them, incomplete-optimisation flag (NaN where not computable), forward, backward passes)."""
+        robust = c1.clone()
+        flagged = torch.zeros(len(y), dtype=torch.bool, device=y.device)
+        fwd = torch.zeros(len(y), device=y.device)
+        bwd = torch.zeros(len(y), device=y.device)
+        sel = c5.nonzero().squeeze(1)
+        for (name, params), gen in zip(rung0, gens):
+            if not len(sel):
+                continue
+            attack = make_attack(name, **params)
+            x_adv = x.clone()
+            with attack_precision(ctx.device, ctx.spec.precision):
+                x_adv[sel] = attack(ctx.attacked_model(), x[sel], y[sel], bounds=(0.0, 1.0), generator=gen, trace=True)
+            with torch.inference_mode():
+                adv_logits = ctx.verdict_model()(x_adv).float()
+            ok = still_correct(adv_logits, y, 1)
+            robust &= ok
+            tel = attack.telemetry
+            if tel is not None:
+                fwd[sel] += tel.forward + 1
+                bwd[sel] += tel.backward
+                if name not in LIBRARY_ATTACKS and tel.keep_trace and tel.trace().shape[1] >= 2:
+                    from ..attacks.telemetry import attack_loss
+
+                    end = attack_loss(attack.loss_kind, adv_logits[sel], y[sel])
+                    trace = torch.cat([tel.trace(), end[:, None]], 1).cpu().numpy()
+                    trend = torch.as_tensor(loss_trend(trace) > TREND_TAU, device=y.device)
+                    flagged[sel] |= trend & ok[sel]
+        return robust, flagged & robust, fwd, bwd
+
+    def _records(self, ladder: Ladder, sids: List[str], y: torch.Tensor, clean: torch.Tensor, c1: torch.Tensor,
+                 rung0_robust: torch.Tensor, flagged: torch.Tensor, no_grad: torch.Tensor, unstable: bool,
+                 spec: LadderSpec) -> Dict[str, Column]:
+        n = len(y)
+        c5 = still_correct(clean, y, 5).cpu()
+        rec: Dict[str, Column] = {"sample_id": sids, "label": y.cpu(), "clean_pred": clean.argmax(1).cpu(),
+                                  "clean_correct_top1": c1.cpu(), "clean_correct_top5": c5,
+                                  "correct_top1": ladder.robust.clone(), "correct_top5": None,
+                                  "attacked": c1.cpu(), "rung0_correct_top1": rung0_robust,
+                                  "broken_by": list(ladder.broken_by),
+                                  "flag_incomplete": flagged, "grad_unavailable": no_grad}
+        tot_f = torch.zeros(n, dtype=torch.float64)
+        tot_b = torch.zeros(n, dtype=torch.float64)
+        for rid in ladder.forward:
+            rec[f"fwd@{rid}"] = ladder.forward[rid].numpy()
+            rec[f"bwd@{rid}"] = ladder.backward[rid].numpy()
+            tot_f += ladder.forward[rid]
+            tot_b += ladder.backward[rid]
+        rec["passes_forward"], rec["passes_backward"] = tot_f.numpy(), tot_b.numpy()
+        h = ladder.history
+        rec.update({"converge_status": ladder.status, "converge_detail": ladder.detail,
+                    "converge_rungs": ",".join(r["id"] for r in h), "converge_labels": ",".join(r["label"] for r in h),
+                    "converge_attacked": ",".join(str(r["attacked"]) for r in h),
+                    "converge_broke": ",".join(str(r["broke"]) for r in h),
+                    "converge_unstable": bool(unstable), "converge_tolerance": spec.tolerance(n), **META})
+        return rec

@@ -1,0 +1,132 @@
+"""Tidy rows and terminal text of the ``converge`` benchmark (the convergence ladder), pandas only.
+
+Per condition (model, eps, the user's attacks and the ladder's settings):
+- ``top1``: the converged robust accuracy (the per-sample worst case over every rung that ran);
+- ``rung_top1``: robust accuracy after each rung, with its Wilson interval and the mean cumulative
+  forward and backward passes per sample spent up to it (the convergence curve; ``rung`` names it);
+- ``converge_gap``: the user's own attack (rung 0) minus the converged value, in points;
+- ``converge_passes_forward`` / ``converge_passes_backward``: the ladder's mean passes per sample.
+Every row carries the condition's ``status`` (``converged``, ``not converged``, ``upper bound:
+gradients unavailable``; the worst over its chunks) and ``status_detail``.
+"""
+from __future__ import annotations
+
+from typing import Dict, List, Optional
+
+import numpy as np
+import pandas as pd
+
+from ..stats.metrics import wilson_interval
+from . import summarizers
+from .accuracy import ID_COLUMNS, accuracy_rows, concat_rows
+
+CONVERGED, NOT_CONVERGED, UPPER_BOUND = "converged", "not converged", "upper bound: gradients unavailable"
+STATUSES = (CONVERGED, NOT_CONVERGED, UPPER_BOUND)
+# the rungs in the order every ladder runs them ("probe": the passes of the instability/gradient probes)
+RUNG_ORDER = ("user", "probe", "eot-ce", "eot-dlr", "apgd-ce", "apgd-t", "strong-flagged", "fab-t", "square", "spsa",
+              "strong-all")
+RUNG_LABELS = {"user": "your attack", "eot-ce": "APGD-CE + EOT", "eot-dlr": "APGD-DLR + EOT", "apgd-ce": "APGD-CE",
+               "strong-flagged": "APGD-CE strong (flagged)", "apgd-t": "APGD-T", "fab-t": "FAB-T", "square": "Square",
+               "spsa": "SPSA (no-gradient samples)", "strong-all": "APGD-DLR strong"}
+CONVERGE_METRICS = ("rung_top1", "converge_gap", "converge_passes_forward", "converge_passes_backward")
+
+
+def condition_status(g: pd.DataFrame) -> str:
+    """The worst status over a condition's chunks: an upper bound anywhere makes the whole an upper bound."""
+    got = set(g["converge_status"].astype(str))
+    for s in (UPPER_BOUND, NOT_CONVERGED):
+        if s in got:
+            return s
+    return CONVERGED if got == {CONVERGED} else NOT_CONVERGED
+
+
+def _detail(g: pd.DataFrame) -> str:
+    per_unit = g.drop_duplicates("unit") if "unit" in g.columns else g.head(1)
+    return "; ".join(dict.fromkeys(per_unit["converge_detail"].astype(str)))
+
+
+def _passes(g: pd.DataFrame, rung: str, kind: str) -> pd.Series:
+    col = f"{kind}@{rung}"
+    return pd.to_numeric(g[col], errors="coerce").fillna(0.0) if col in g.columns else pd.Series(0.0, index=g.index)
+
+
+def curve(g: pd.DataFrame) -> pd.DataFrame:
+    """Robust accuracy after each rung that ran on some chunk, with cumulative mean passes per sample."""
+    ran = {r for rs in g["converge_rungs"].astype(str).unique() for r in rs.split(",") if r}
+    rungs = [r for r in RUNG_ORDER if r in ran]
+    pos = {r: i for i, r in enumerate(RUNG_ORDER)}
+    clean = g["clean_correct_top1"].astype(bool)
+    broken = g["broken_by"].fillna("").astype(str).map(lambda r: pos.get(r, -1) if r else 10 ** 6)
+    rows: List[Dict[str, float]] = []
+    fwd = pd.Series(0.0, index=g.index)
+    bwd = pd.Series(0.0, index=g.index)
+    n = len(g)
+    for r in RUNG_ORDER:
+        fwd = fwd + _passes(g, r, "fwd")
+        bwd = bwd + _passes(g, r, "bwd")
+        if r not in rungs:
+            continue
+        k = int((clean & (broken > pos[r])).sum())
+        lo, hi = wilson_interval(k, n)
+        rows.append({"rung": r, "rung_index": len(rows), "rung_label": RUNG_LABELS.get(r, r), "value": 100.0 * k / n,
+                     "n": n, "ci_low": 100.0 * lo, "ci_high": 100.0 * hi, "passes_forward_cum": float(fwd.mean()),
+                     "passes_backward_cum": float(bwd.mean())})
+    return pd.DataFrame(rows)
+
+
+@summarizers.register("converge")
+def converge_rows(records: pd.DataFrame, ce_baseline: Optional[str] = None) -> pd.DataFrame:
+    """The tidy rows above, one set per condition."""
+    if records.empty:
+        return pd.DataFrame()
+    acc = accuracy_rows(records, ("attack", "eps"), metrics=("top1",))
+    ident = [c for c in acc.columns if c not in ("metric", "value", "n", "ci_low", "ci_high")]
+    out = []
+    keys = [c for c in ID_COLUMNS if c in records.columns] + ["eps", "settings_id"]
+    for _, g in records.groupby(keys, sort=False, dropna=False):
+        base_row = acc[(acc["eps"] == g["eps"].iloc[0]) & (acc["settings_id"] == g["settings_id"].iloc[0])
+                       & (acc["run_id"] == g["run_id"].iloc[0] if "run_id" in acc.columns else True)]
+        base = base_row.iloc[0][ident].to_dict()
+        status, detail = condition_status(g), _detail(g)
+        c = curve(g)
+        rows = [{**base, "metric": "rung_top1", "condition": r["rung"], **r} for r in c.to_dict("records")]
+        conv = float(base_row.iloc[0]["value"])
+        n = len(g)
+        rung0 = 100.0 * float((g["rung0_correct_top1"].astype(bool)).sum()) / n
+        rows.append({**base, "metric": "converge_gap", "value": rung0 - conv, "n": n})
+        for kind in ("forward", "backward"):
+            rows.append({**base, "metric": f"converge_passes_{kind}", "value": float(g[f"passes_{kind}"].mean()), "n": n})
+        part = pd.concat([base_row, pd.DataFrame(rows)], ignore_index=True)
+        part["status"], part["status_detail"] = status, detail
+        out.append(part)
+    return concat_rows(out)
+
+
+def format_converge(summary: pd.DataFrame) -> str:
+    """One table per condition (robust accuracy after each rung, cumulative passes) and its status line."""
+    if summary.empty or "benchmark" not in summary.columns:
+        return ""
+    rows = summary[summary["benchmark"] == "converge"]
+    if rows.empty:
+        return ""
+    from ...core.labels import eps_text
+
+    parts = []
+    keys = [c for c in ("model", "eps", "settings_id") if c in rows.columns]
+    for _, g in rows.groupby(keys, sort=False):
+        top = g[g["metric"] == "top1"].iloc[0]
+        c = g[g["metric"] == "rung_top1"].copy()
+        table = pd.DataFrame({"rung": c["rung_label"], "robust top-1 %": c["value"].map(lambda v: f"{v:6.2f}"),
+                              "95% CI": [f"[{lo:5.1f}, {hi:5.1f}]" for lo, hi in zip(c["ci_low"], c["ci_high"])],
+                              "fwd/sample": c["passes_forward_cum"].map(lambda v: f"{v:8.1f}"),
+                              "bwd/sample": c["passes_backward_cum"].map(lambda v: f"{v:8.1f}")})
+        gap = g[g["metric"] == "converge_gap"]["value"]
+        head = (f"converge: {top.get('model', '')} eps {eps_text(float(top['eps']), 'linf')} "
+                f"(n={int(top['n'])}): converged robust top-1 {top['value']:.2f}% "
+                f"[{top['ci_low']:.1f}, {top['ci_high']:.1f}]")
+        status = str(top["status"])
+        line = f"status: {status}: {top['status_detail']}"
+        if len(gap) and np.isfinite(gap.iloc[0]):
+            line += f"; your attack's number is {gap.iloc[0]:.2f} pt above the converged one"
+        parts.append("\n".join([head, table.to_string(index=False), line]))
+    return "\n\n".join(parts)

@@ -1,0 +1,296 @@
+"""The convergence ladder (--converge) on tiny models: rung order, only-robust samples attacked, the
+stop rule, the status values, models built to fool a plain attack, a randomised model, resume.
+
+The models are small MLPs on scikit-learn's 8x8 digits (trained in a second), so the whole ladder runs
+in seconds on a CPU; the ladder's budgets are cut with --converge-opt where that keeps a test fast."""
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+import robustbench_pid as rbp
+from robustbench_pid.benchmarks.ladder import Ladder, LadderSpec, Rung, climb
+from robustbench_pid.errors import UserError
+from robustbench_pid.results.summaries.converge import CONVERGED, NOT_CONVERGED, RUNG_ORDER, UPPER_BOUND
+
+EPS = 0.1
+FAST = {"steps": 25, "targets": 3, "fab_steps": 10, "square_queries": 300, "strong_steps": 30, "strong_restarts": 2,
+        "eot_steps": 10, "eot_iter": 4, "spsa_iterations": 5, "spsa_samples": 16}
+
+
+@pytest.fixture(scope="module")
+def digits8():
+    from sklearn.datasets import load_digits
+
+    d = load_digits()
+    x = torch.tensor(d.images / 16.0, dtype=torch.float32)[:, None]
+    y = torch.tensor(d.target)
+    return x, y
+
+
+@pytest.fixture(scope="module")
+def plain(digits8):
+    x, y = digits8
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 10))
+    opt = torch.optim.Adam(net.parameters(), lr=1e-2)
+    for _ in range(150):
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(net(x[200:]), y[200:]).backward()
+        opt.step()
+    return net.eval()
+
+
+class Scaled(torch.nn.Module):
+    """Logits x 1e4: the same predictions, cross-entropy saturates (its gradients vanish)."""
+
+    def __init__(self, net: torch.nn.Module) -> None:
+        super().__init__()
+        self.net = net
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x) * 1e4
+
+
+class _Cut(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):  # type: ignore[override]
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, g):  # type: ignore[override]
+        return torch.zeros_like(g)
+
+
+class Cut(Scaled):
+    """The same forward pass; the input gradient is zero (a gradient-masking defence's signature)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(_Cut.apply(x))
+
+
+class Dropout(Scaled):
+    """A randomised model: dropout left on at evaluation (functional, so eval() does not turn it off)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(torch.nn.functional.dropout(x, 0.3, training=True))
+
+
+def converge(model, digits8, tmp_path: Path, name: str, n: int = 64, **kw):
+    x, y = digits8
+    opts = {**FAST, **kw.pop("opt", {})}
+    df = rbp.evaluate(model=model, data=(x[:n], y[:n]), attack="pgd", eps=EPS, steps=10, converge=True,
+                      converge_opt=opts, out=tmp_path / name, name=name, mean=[0.0], std=[1.0], **kw)
+    rec = rbp.load_records(df.attrs["run_dir"])
+    return df, rec[rec["benchmark"] == "converge"].reset_index(drop=True)
+
+
+@pytest.fixture(scope="module")
+def plain_run(plain, digits8, tmp_path_factory):
+    return converge(plain, digits8, tmp_path_factory.mktemp("plain"), "plain")
+
+
+def converged_row(df: pd.DataFrame) -> pd.Series:
+    return df[(df["benchmark"] == "converge") & (df["metric"] == "top1")].iloc[0]
+
+
+def test_plain_model_ladder_order_scope_and_status(plain_run):
+    df, rec = plain_run
+    rungs = rec["converge_rungs"].iloc[0].split(",")
+    assert rungs[0] == "user" and rungs == sorted(rungs, key=RUNG_ORDER.index)
+    assert "apgd-ce" in rungs and "apgd-t" in rungs  # the minimum set: a CE and a DLR gradient rung
+    # rung 0 is the user's attack exactly as its adversarial unit ran it
+    adv = rbp.load_records(df.attrs["run_dir"])
+    pgd = adv[adv["attack"] == "pgd"].set_index("sample_id")["correct_top1"]
+    assert (rec.set_index("sample_id")["rung0_correct_top1"] == pgd).all()
+    # each later rung attacked only samples still robust after the rungs before it
+    pos = {r: i for i, r in enumerate(RUNG_ORDER)}
+    broken_at = rec["broken_by"].map(lambda r: pos[r] if r else 99)
+    for r in rungs[1:]:
+        hit = pd.to_numeric(rec.get(f"fwd@{r}"), errors="coerce").fillna(0) > 0
+        assert (broken_at[hit] >= pos[r]).all(), r
+        assert rec["clean_correct_top1"][hit].all()
+    # the curve never rises, ends at the converged value; the user's number is above it
+    row = converged_row(df)
+    curve = df[(df["benchmark"] == "converge") & (df["metric"] == "rung_top1")]
+    assert list(curve["rung"]) == rungs
+    assert (np.diff(curve["value"].to_numpy()) <= 1e-9).all()
+    assert curve["value"].iloc[-1] == pytest.approx(row["value"])
+    pgd_row = df[(df["attack"] == "pgd") & (df["metric"] == "top1")].iloc[0]
+    gap = df[df["metric"] == "converge_gap"]["value"].iloc[0]
+    assert gap == pytest.approx(pgd_row["value"] - row["value"]) and gap >= 0
+    assert row["status"] == CONVERGED
+    last = rec["converge_broke"].iloc[0].split(",")[-1]
+    assert int(last) <= rec["converge_tolerance"].iloc[0]
+    assert (rec["passes_backward"] >= 0).all() and rec["passes_forward"].mean() > 0
+
+
+def test_scaled_logits_converge_near_plain(plain, plain_run, digits8, tmp_path):
+    df_p, _ = plain_run
+    df_s, rec = converge(Scaled(copy.deepcopy(plain)), digits8, tmp_path, "scaled")
+    pgd = df_s[(df_s["attack"] == "pgd") & (df_s["metric"] == "top1")].iloc[0]["value"]
+    plain_v, scaled_v = converged_row(df_p)["value"], converged_row(df_s)["value"]
+    assert pgd > scaled_v + 20  # CE-based PGD is fooled by the scaling ...
+    assert abs(scaled_v - plain_v) <= 5  # ... the ladder's DLR rung is not
+    assert converged_row(df_s)["status"] == CONVERGED
+    assert not rec["grad_unavailable"].any()  # DLR gradients exist: not "gradient-free"
+
+
+def test_cut_gradients_are_an_upper_bound_never_converged(plain, plain_run, digits8, tmp_path):
+    df_p, _ = plain_run
+    df_c, rec = converge(Cut(copy.deepcopy(plain)), digits8, tmp_path, "cut")
+    row = converged_row(df_c)
+    assert row["status"] == UPPER_BOUND or abs(row["value"] - converged_row(df_p)["value"]) <= 5
+    assert row["status"] != CONVERGED
+    rungs = rec["converge_rungs"].iloc[0].split(",")
+    assert "square" in rungs and "spsa" in rungs  # the gradient-free rungs ran on their own
+    assert "gradients" in row["status_detail"]
+
+
+def test_randomised_model_gets_the_eot_rungs(plain, digits8, tmp_path):
+    model = Dropout(copy.deepcopy(plain))
+    _, rec = converge(model, digits8, tmp_path, "dropout", n=32)
+    rungs = rec["converge_rungs"].iloc[0].split(",")
+    assert "eot-ce" in rungs and "eot-dlr" in rungs
+    assert bool(rec["converge_unstable"].iloc[0])
+    _, rec_p = converge(plain, digits8, tmp_path, "plain32", n=32)
+    assert "eot-ce" not in rec_p["converge_rungs"].iloc[0] and not rec_p["converge_unstable"].iloc[0]
+
+
+def test_resume_after_an_interrupted_run_gives_the_same_records(plain, digits8, tmp_path):
+    _, rec = converge(plain, digits8, tmp_path, "resume", n=48, chunk_size=16)
+    out = tmp_path / "resume"
+    units = sorted(p for p in (out / "units").glob("*.parquet")
+                   if pd.read_parquet(p, columns=["benchmark"])["benchmark"].iloc[0] == "converge")
+    assert len(units) == 3  # one per chunk of 16
+    for p in units[:2]:  # as if killed before these two units were written
+        p.with_suffix(".json").unlink()
+        p.unlink()
+    (out / "summary.csv").unlink()
+    _, again = converge(plain, digits8, tmp_path, "resume", n=48, chunk_size=16)
+    cols = [c for c in rec.columns if c not in ("unit",)]
+    pd.testing.assert_frame_equal(rec[cols], again[cols])
+
+
+def _ladder(n: int) -> Ladder:
+    return Ladder(robust=torch.ones(n, dtype=torch.bool))
+
+
+def _fake(breaks: dict):
+    """A rung runner that breaks the first ``breaks[rung]`` of the samples it is given."""
+    seen = []
+
+    def run(rung: Rung, idx: torch.Tensor):
+        seen.append((rung.id, idx.tolist()))
+        k = breaks.get(rung.id, 0)
+        still = torch.ones(len(idx), dtype=torch.bool)
+        still[:k] = False
+        return still, torch.ones(len(idx)), torch.ones(len(idx))
+    return run, seen
+
+
+def test_stop_rule_waits_for_the_minimum_set_then_stops():
+    spec = LadderSpec()
+    none = torch.zeros(1000, dtype=torch.bool)
+    run, seen = _fake({"apgd-ce": 0, "apgd-t": 1})
+    lad = climb(_ladder(1000), spec, EPS, run, unstable=False, flagged=none, no_grad=none)
+    # APGD-CE breaking nothing is not enough (no DLR rung yet); APGD-T breaking 1 <= max(1, 0.1% of 1000) stops
+    assert [s[0] for s in seen] == ["apgd-ce", "apgd-t"] and lad.status == CONVERGED
+    # only still-robust samples reach a later rung
+    run, seen = _fake({"apgd-ce": 10, "apgd-t": 5, "fab-t": 0})
+    lad = climb(_ladder(1000), spec, EPS, run, unstable=False, flagged=none, no_grad=none)
+    assert [s[0] for s in seen] == ["apgd-ce", "apgd-t", "fab-t"]
+    assert len(seen[1][1]) == 990 and len(seen[2][1]) == 985 and set(seen[1][1]).isdisjoint(range(10))
+    assert int(lad.robust.sum()) == 985 and lad.status == CONVERGED
+
+
+def test_not_converged_reports_what_the_last_rung_broke():
+    spec = LadderSpec.from_options({"tol_share": 0.0})
+    none = torch.zeros(100, dtype=torch.bool)
+    run, seen = _fake({r: 3 for r in RUNG_ORDER})
+    lad = climb(_ladder(100), spec, EPS, run, unstable=False, flagged=none, no_grad=none)
+    assert [s[0] for s in seen] == ["apgd-ce", "apgd-t", "fab-t", "square", "strong-all"]
+    assert lad.status == NOT_CONVERGED and "strong-all" in lad.detail and "3 sample" in lad.detail
+
+
+def test_flagged_samples_get_the_stronger_rung_and_no_gradients_the_free_ones():
+    spec = LadderSpec()
+    flagged = torch.zeros(50, dtype=torch.bool)
+    flagged[:5] = True
+    no_grad = torch.zeros(50, dtype=torch.bool)
+    no_grad[10:20] = True
+    run, seen = _fake({})
+    lad = climb(_ladder(50), spec, EPS, run, unstable=True, flagged=flagged, no_grad=no_grad)
+    ids = [s[0] for s in seen]
+    assert ids[:2] == ["eot-ce", "eot-dlr"] and "strong-flagged" in ids and ids.index("spsa") > ids.index("square")
+    assert dict(seen)["strong-flagged"] == list(range(5)) and dict(seen)["spsa"] == list(range(10, 20))
+    assert lad.status == UPPER_BOUND
+
+
+def test_converge_refuses_what_it_cannot_do(plain, digits8, tmp_path):
+    x, y = digits8
+    with pytest.raises(UserError, match="standard protocol only"):
+        rbp.evaluate(model="deit", attack="pgd", eps="4/255", limit=4, converge=True, protocol="paper")
+    with pytest.raises(UserError, match="L-inf attack"):
+        rbp.evaluate(model="deit", attack="pgd_l2", eps=0.5, limit=4, converge=True)
+    with pytest.raises(UserError, match="add --converge"):
+        rbp.evaluate(model="deit", attack="pgd", eps="4/255", limit=4, converge_tol=0.01)
+    with pytest.raises(UserError, match="converge-opt"):
+        rbp.evaluate(model="deit", attack="pgd", eps="4/255", limit=4, converge=True, converge_opt={"bogus": 1})
+
+
+def test_check_fails_on_a_lower_converged_value_or_a_status_change(plain_run, tmp_path):
+    from robustbench_pid.results.ci.check import check, update
+
+    df, _ = plain_run
+    run_dir = df.attrs["run_dir"]
+    base = tmp_path / "baseline.csv"
+    update(run_dir, base)
+    assert check(run_dir, base).ok
+    b = pd.read_csv(base)
+    conv = (b["attack"] == "converge") & (b["metric"] == "top1")
+    assert conv.sum() == 1 and b.loc[conv, "status"].iloc[0] == CONVERGED
+    assert "rung_top1" not in set(b["metric"])  # the curve is shown, its end is gated
+    up = b.copy()
+    up.loc[conv, "value"] += 10.0  # the baseline's converged value was higher: now a regression
+    up.to_csv(base, index=False)
+    res = check(run_dir, base)
+    assert not res.ok and set(res.failures["metric"]) == {"top1"} and set(res.failures["attack"]) == {"converge"}
+    st = b.copy()
+    st.loc[conv, "status"] = UPPER_BOUND
+    st.to_csv(base, index=False)
+    res = check(run_dir, base)
+    assert not res.ok and list(res.failures["status"]) == ["STATUS-CHANGED"]
+    assert "status: upper bound: gradients unavailable → converged" in res.report()
+
+
+def test_terminal_table_plot_and_report_section(plain_run, tmp_path):
+    from robustbench_pid.results.report.evidence_report import converge_section
+    from robustbench_pid.results.report.plots import figures
+    from robustbench_pid.results.summaries.converge import format_converge
+
+    df, rec = plain_run
+    text = format_converge(df)
+    row = converged_row(df)
+    assert f"converged robust top-1 {row['value']:.2f}%" in text and "status: converged:" in text
+    assert "your attack" in text and "APGD-T" in text
+    figs, _ = figures(df.attrs["run_dir"])
+    ax = figs["convergence"].axes[0]
+    ys = ax.lines[0].get_ydata()
+    assert ys[-1] == pytest.approx(row["value"]) and len(ys) == len(rec["converge_rungs"].iloc[0].split(","))
+    assert "Converged robust accuracy" in converge_section(df)
+
+
+def test_reproduce_converge_rows_and_why_others_get_none():
+    from robustbench_pid.studies.reproduce import converge_eligible
+    from robustbench_pid.studies.spec import load_study
+
+    study = load_study("digits-smoke")
+    got = {r.name: converge_eligible(r) for r in study.rows}
+    assert {k for k, (ok, _) in got.items() if ok} == {"fgsm-2", "fgsm-4", "pgd-2", "pgd-4"}
+    assert "not an attack row" in got["clean"][1] and "noise" in got["noise"][1] and "L1" in got["sld"][1]
