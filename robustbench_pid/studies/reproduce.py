@@ -192,7 +192,7 @@ def converge_specs(plan: StudyPlan, rows: Sequence[Row], converge: Dict[str, Any
                    ) -> List[Tuple[Row, RunSpec]]:
     """One standard-protocol ``--converge`` run per eligible row, at the row's eps (pixel units), in
     ``<entry>/converged/<row>``; the others are named with the reason on the terminal."""
-    from .spec_builder import build_spec
+    from ..run.spec_builder import build_spec
 
     out = []
     for r in rows:

@@ -301,7 +301,7 @@ def attach_diagnostics(df: Any, records: pd.DataFrame, warn: bool = True) -> Lis
     ``[error]`` finding raised as a :class:`DiagnosticWarning` unless ``warn`` is False
     (``rbp.evaluate(..., quiet=True)``)."""
     from .evidence_text import overestimate_note
-    from .store import summarize
+    from ..store import summarize
 
     findings = diagnose(records)
     note = overestimate_note(summarize(records)) if "benchmark" in records.columns else ""

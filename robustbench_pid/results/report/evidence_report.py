@@ -30,7 +30,7 @@ def evidence_section(rows: pd.DataFrame) -> str:
 def converge_section(rows: pd.DataFrame) -> str:
     """HTML: per ``--converge`` condition, the converged value, its status and the convergence curve
     (empty when the results hold no ladder rows); the curve's plot is in the Plots section."""
-    from .summaries.converge import format_converge
+    from ..summaries.converge import format_converge
 
     text = format_converge(rows if rows is not None else pd.DataFrame())
     if not text:
