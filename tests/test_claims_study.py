@@ -128,3 +128,24 @@ def test_a_further_evaluation_folder_is_its_own_group_of_pair_lines(tmp_path: Pa
     pairs = read_pairs(out)
     assert list(pairs["protocol"]) == ["paper", "converged"] and list(pairs["row"]) == ["clean", "clean"]
     assert pairs["diff"].iloc[0] == pairs["diff"].iloc[1]
+
+
+def test_a_converged_folder_pairs_the_ladders_verdicts_not_rung_0(tmp_path):
+    """In <entry>/converged/<row>/ the row's own attack is only rung 0; the pair must use the ladder's worst
+    case (attack ``converge``) at the row's eps, or a converged claim would repeat the standard PGD number."""
+    import json
+
+    import pandas as pd
+
+    from robustbench_pid.studies.pairs import row_verdicts
+
+    row = load_study("claims-digits").row("pgd-4")
+    eps = 4 / 255
+    rec = pd.DataFrame({"sample_id": [0, 1, 2, 0, 1, 2, 0, 1, 2],
+                        "attack": ["clean"] * 3 + ["pgd"] * 3 + ["converge"] * 3,
+                        "eps": [0.0] * 3 + [eps] * 6,
+                        "correct_top1": [True, True, True, True, True, False, True, False, False]})
+    rec.to_parquet(tmp_path / "records.parquet")
+    (tmp_path / "run.json").write_text(json.dumps({"status": "complete"}))
+    assert row_verdicts(tmp_path, row).tolist() == [True, True, False]  # the paper/standard folder: PGD-20
+    assert row_verdicts(tmp_path, row, converged=True).tolist() == [True, False, False]  # the ladder

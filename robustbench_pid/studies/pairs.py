@@ -22,7 +22,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import pandas as pd
 
-from .spec import Pair, Row, Study, attack_settings
+from .spec import CONVERGED_DIR, Pair, Row, Study, attack_settings
 from ..results.stats.stats import mcnemar_from_counts, paired_difference_interval
 
 PAIRS_MD, PAIRS_CSV = "pairs.md", "pairs.csv"
@@ -63,15 +63,17 @@ def _complete(run_dir: Path) -> bool:
         return False
 
 
-def row_verdicts(run_dir: Path, row: Row) -> Optional[pd.Series]:
-    """Per-sample top-1 correctness (index: sample_id) of ``row`` in one run folder, or None if not run."""
+def row_verdicts(run_dir: Path, row: Row, converged: bool = False) -> Optional[pd.Series]:
+    """Per-sample top-1 correctness (index: sample_id) of ``row`` in one run folder, or None if not run.
+    ``converged`` (a ``reproduce --converge`` folder): the ladder's worst case over every rung at the row's
+    eps, not the row's own attack, which that folder also holds (rung 0, standard protocol)."""
     if not _complete(run_dir) or not (run_dir / "records.parquet").is_file():
         return None
     rec = pd.read_parquet(run_dir / "records.parquet", columns=["sample_id", "attack", "eps", "correct_top1"])
     if row.attack is None:
         rec = rec[rec["attack"] == "clean"]
     else:
-        rec = rec[rec["attack"] == row.attack["name"]]
+        rec = rec[rec["attack"] == ("converge" if converged else row.attack["name"])]
         eps = attack_settings(row).get("eps")
         if eps is not None:
             rec = rec[(rec["eps"].astype(float) - eps).abs() <= 1e-6 * max(1.0, eps)]
@@ -112,8 +114,9 @@ def pair_cells(out: Path, study: Study, entries: List[Dict[str, Any]]) -> Tuple[
             continue
         for proto in _protocols(dirs[p.baseline], dirs[p.method], study.protocol):
             for r in study.rows:
-                a = row_verdicts(dirs[p.baseline] / proto / r.name, r)
-                b = row_verdicts(dirs[p.method] / proto / r.name, r)
+                conv = proto == CONVERGED_DIR
+                a = row_verdicts(dirs[p.baseline] / proto / r.name, r, conv)
+                b = row_verdicts(dirs[p.method] / proto / r.name, r, conv)
                 if a is None or b is None:
                     notes.append(f"{p.claim}, {proto} protocol, row {r.name!r}: not run (or not finished) for "
                                  f"{p.baseline if a is None else p.method!r}")
@@ -140,13 +143,16 @@ def render_pairs_markdown(study: Study, cells: List[PairCell], notes: List[str])
     lines = [f"### Claims: {study.title}", "",
              "Difference = method - baseline top-1 (points) on the same images; 95% interval of the paired "
              "difference (Bonett-Price); p: McNemar's exact test on the images one model gets right and the other "
-             "wrong. Attack rows are upper bounds on robust accuracy (one attack, the papers' settings).", ""]
+             "wrong. Attack rows are upper bounds on robust accuracy (one attack, the papers' settings); converged rows "
+             "are the best upper bound the ladder found, with its status in each run's summary.", ""]
     by_pair: Dict[Tuple[str, str], List[PairCell]] = {}
     for c in cells:
         by_pair.setdefault((c.claim, c.protocol), []).append(c)
     for (claim, proto), group in by_pair.items():
         c0 = group[0]
-        lines += [f"**{claim}** ({c0.source}; {proto} protocol): {c0.method} vs {c0.baseline}", "",
+        how = ("converged evaluation: standard protocol, per-sample worst case over the --converge ladder "
+               "started from the row's attack" if proto == CONVERGED_DIR else f"{proto} protocol")
+        lines += [f"**{claim}** ({c0.source}; {how}): {c0.method} vs {c0.baseline}", "",
                   f"| row | {c0.baseline} | {c0.method} | difference [95% CI] | p (McNemar) | n |",
                   "|---|---|---|---|---|---|"]
         for c in group:

@@ -24,7 +24,7 @@ from ..results.files.run_files import now, read_json, write_json
 from ..run.one_config import check_spec_fits_folder
 from .table import ENTRY_FILE, STUDY_FILE, drop_study_table, is_study_folder, write_study_table
 from ..specs import RunSpec
-from .spec import Column, Row, Study, attack_settings, load_study
+from .spec import CONVERGED_DIR, Column, Row, Study, attack_settings, load_study
 
 # dataset -> folder under --data-root (imagenet: the validation images, with or without its val/ level)
 DATASET_DIRS = {"imagenet": "imagenet/val", "imagenet-a": "imagenet-a", "imagenet-r": "imagenet-r",
@@ -169,7 +169,7 @@ def row_spec(plan: StudyPlan, row: Row, **opts: Any) -> RunSpec:
                       out=plan.row_dir(row), **attack, **opts)
 
 
-CONVERGED = "converged"  # the entry's sub-folder of --converge runs, beside the protocol folders
+CONVERGED = CONVERGED_DIR  # the entry's sub-folder of --converge runs, beside the protocol folders
 
 
 def converge_eligible(row: Row) -> Tuple[bool, str]:

@@ -48,6 +48,7 @@ else:  # pragma: no cover
 from ..errors import UserError
 
 STUDIES_DIR = Path(__file__).resolve().parent  # the *.toml files beside this module
+CONVERGED_DIR = "converged"  # an entry's folder of `reproduce --converge` runs, beside the protocol folders
 TOP_KEYS = {"title", "source", "protocol", "description", "column", "row", "pair"}
 PAIR_KEYS = {"claim", "source", "baseline", "method"}
 COLUMN_KEYS = {"name", "model", "model_args"}

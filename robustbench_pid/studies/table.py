@@ -19,7 +19,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import pandas as pd
 
-from .spec import METRICS, Row, Study, attack_settings, parse_study
+from .spec import CONVERGED_DIR, METRICS, Row, Study, attack_settings, parse_study
 
 STUDY_FILE = "study.toml"
 ENTRY_FILE = "entry.json"
@@ -147,7 +147,7 @@ def study_cells(out: Path) -> Tuple[Study, List[Cell], List[str]]:
                 if summary is None:
                     notes.append(f"{e['model']} as {e['column']!r}, {proto} protocol: row {r.name!r} not run "
                                  f"(or not finished) in {run_dir}")
-                converged = proto == "converged"  # reproduce --converge: standard-protocol converged runs
+                converged = proto == CONVERGED_DIR  # reproduce --converge: standard-protocol converged runs
                 if converged and summary is None:
                     notes.pop()
                     notes.append(f"{e['model']} as {e['column']!r}: row {r.name!r} has no converged value (an L-inf "
