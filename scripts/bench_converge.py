@@ -16,6 +16,7 @@ later rung of the ladder broke this sample".
 
     python scripts/bench_converge.py --models deit pid_deit --eps 4/255 --limit 48   # measure
     python scripts/bench_converge.py --render                                         # the docs block
+    python scripts/bench_converge.py --check                                          # exit 1 if the block is stale
 """
 from __future__ import annotations
 
@@ -128,21 +129,37 @@ def measure(model: str, eps_list: List[str], limit: int, out: Path) -> pd.DataFr
                      "ladder_seconds": s_conv, "aa_seconds": s_aa, "ref_extra_seconds": ref.attrs["seconds"],
                      "wall_ratio": s_conv / s_aa if s_aa else float("nan"),
                      "rungs": ";".join(dict.fromkeys(c["converge_rungs"].astype(str)))})
-    pd.concat(refs).to_csv(out / f"{model}-reference.csv", index=False)
+    ref_all = pd.concat([old[~old["eps"].isin(pd.concat(refs)["eps"])], *refs]) if len(old) else pd.concat(refs)
+    ref_all.sort_values(["eps", "sample_id"], kind="stable").to_csv(out / f"{model}-reference.csv", index=False)
     df = pd.DataFrame(rows)
-    df.to_csv(out / f"{model}-bench.csv", index=False)
+    bench_csv = out / f"{model}-bench.csv"
+    if bench_csv.is_file():  # the grid accumulates over runs: other eps' rows are kept, this run's replace theirs
+        prev = pd.read_csv(bench_csv)
+        df = pd.concat([prev[~prev["eps"].astype(str).isin(df["eps"].astype(str))], df], ignore_index=True)
+    df = df.assign(_e=df["eps"].astype(str).map(parse_eps)).sort_values("_e").drop(columns="_e")
+    df.to_csv(bench_csv, index=False)
     print(f"{model}: evaluate wall {t_conv:.0f} s (converge run) / {t_aa:.0f} s (autoattack run)")
     return df
 
 
+def _checks(r) -> str:
+    """The issue's criteria for one (model, eps): converged <= AutoAttack, within 0.5 pt of the reference,
+    status converged, ladder forward + backward passes per sample <= AutoAttack's."""
+    out = [("<= AA", r.converged <= r.autoattack + 1e-9), ("ref +-0.5", abs(r.converged - r.reference) <= 0.5 + 1e-9),
+           ("converged", r.status == "converged"),
+           ("passes <= AA", r.ladder_fwd + r.ladder_bwd <= r.aa_fwd + r.aa_bwd)]
+    return ", ".join(f"{name} {'yes' if ok else 'NO'}" for name, ok in out)
+
+
 def _table(bench: pd.DataFrame) -> str:
     lines = ["| model | eps | n | PGD-20 | converged | status | AutoAttack | reference | ladder fwd / bwd per sample | "
-             "AutoAttack fwd / bwd per sample | wall ladder / AA |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "AutoAttack fwd / bwd per sample | fwd+bwd ladder / AA | wall ladder / AA | criteria |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in bench.itertuples():
         lines.append(f"| {r.model} | {r.eps} | {r.n} | {r.pgd20:.2f} | {r.converged:.2f} | {r.status} | "
                      f"{r.autoattack:.2f} | {r.reference:.2f} | {r.ladder_fwd:.0f} / {r.ladder_bwd:.0f} | "
-                     f"{r.aa_fwd:.0f} / {r.aa_bwd:.0f} | {r.ladder_seconds:.0f} s / {r.aa_seconds:.0f} s "
-                     f"= {r.wall_ratio:.2f} |")
+                     f"{r.aa_fwd:.0f} / {r.aa_bwd:.0f} | {(r.ladder_fwd + r.ladder_bwd) / (r.aa_fwd + r.aa_bwd):.2f} | "
+                     f"{r.ladder_seconds:.0f} s / {r.aa_seconds:.0f} s = {r.wall_ratio:.2f} | {_checks(r)} |")
     return "\n".join(lines)
 
 
@@ -202,26 +219,78 @@ def _indicators(out: Path) -> str:
     return "\n".join(lines)
 
 
+TAUS = (0.01, 0.02, 0.05, 0.1, 0.2)
+
+
+def _tau_sweep(out: Path) -> str:
+    """Incomplete optimisation at other thresholds: the flag is ``loss_trend > tau`` on a sample PGD-20 left
+    robust (indicators.py; at tau = TREND_TAU it is the indicator's own flag). Base rate: the share of those
+    samples a later rung broke, what a flag that carries no information would show as its precision."""
+    from robustbench_pid.core.labels import eps_text
+    from robustbench_pid.results.report.indicators import TREND_TAU
+    from robustbench_pid.results.store import load_records
+
+    lines = ["| model | eps | PGD-robust | broken later (base rate) | " + " | ".join(
+        f"tau {t:g}{' (default)' if abs(t - TREND_TAU) < 1e-12 else ''}: precision / recall" for t in TAUS) + " |",
+        "|---|---|---|---|" + "---|" * len(TAUS)]
+    for m in ("deit", "pid_deit"):
+        r = load_records(out / f"{m}-converge")
+        pgd = r[(r["benchmark"] == "adversarial") & (r["attack"] == "pgd")]
+        conv = r[r["benchmark"] == "converge"]
+        for eps, g in pgd.groupby("eps"):
+            c = conv[(conv["eps"] - eps).abs() < 1e-9].set_index(conv["sample_id"].astype(str))
+            g = g[g["correct_top1"].astype(bool) & g["loss_trend"].notna()]
+            later = ~c.loc[g["sample_id"].astype(str), "correct_top1"].astype(bool).values
+            cells = []
+            for t in TAUS:
+                fl = (g["loss_trend"] > t).values
+                tp = int((fl & later).sum())
+                prec = f"{100 * tp / fl.sum():.0f}%" if fl.sum() else "-"
+                rec = f"{100 * tp / later.sum():.0f}%" if later.sum() else "-"
+                cells.append(f"{prec} / {rec} ({int(fl.sum())} flagged)")
+            base = f"{int(later.sum())} ({100 * later.mean():.0f}%)" if len(g) else "0"
+            lines.append(f"| {m} | {eps_text(eps, 'linf')} | {len(g)} | {base} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def render(out: Path) -> str:
+    from robustbench_pid.core.labels import parse_eps
+
     benches = [pd.read_csv(p) for p in sorted(out.glob("*-bench.csv"))]
     bench = pd.concat(benches, ignore_index=True)
+    bench = bench.assign(_e=bench["eps"].astype(str).map(parse_eps)).sort_values(["_e", "model"]).drop(columns="_e")
     eps_list = list(dict.fromkeys(bench["eps"].astype(str)))
     n = sorted(set(bench["n"].astype(int)))
+    grid = [f"{m} {e}/255" for m in ("deit", "pid_deit") for e in range(1, 7)
+            if not ((bench["model"] == m) & (bench["eps"].astype(str) == f"{e}/255") & (bench["n"] == 360)).any()]
+    missing = ("the whole 360 x 1..6/255 grid ran" if not grid else
+               f"not yet run at 360 images (CPU time): {', '.join(grid)}; the script resumes and adds them")
     return "\n\n".join([
-        f"Measured on this project's CPU machine (2 shared cores), first {', '.join(map(str, n))} digits test images, "
-        f"eps {', '.join(eps_list)} (what ran; the full 360 x 1..6/255 grid did not fit the CPU time), by "
-        f"`python scripts/bench_converge.py --models deit pid_deit --eps {','.join(eps_list)} --limit {n[0]}`. "
-        f"Robust top-1 (%); the reference is AutoAttack standard, then APGD-CE (5 restarts x 250 iterations) and "
-        f"Square (10,000 queries) on the samples AutoAttack left robust. Passes: mean per sample (forward images / "
-        f"backward images), the load-free measure of cost; wall: compute seconds of the ladder's and AutoAttack's work "
-        f"units, on a 2-core machine shared with other jobs whose load varied between the two (a resumed run "
-        f"keeps its first timing), so the wall ratio is indicative only.",
+        f"Measured on this project's CPU machine (2 cores), {' / '.join(map(str, n))} digits test images, "
+        f"eps {', '.join(eps_list)} ({missing}), by `python scripts/bench_converge.py --models MODEL --eps EPS "
+        f"--limit N`, one model per process. Robust top-1 (%); the reference is AutoAttack standard, then APGD-CE "
+        f"(5 restarts x 250 iterations) and Square (10,000 queries) on the samples AutoAttack left robust. Passes: "
+        f"mean per sample (forward images / backward images), the load-free measure of cost; wall: compute seconds "
+        f"of the ladder's and AutoAttack's work units in the same process, one after the other (indicative: the "
+        f"machine's other load is not controlled). Criteria: converged at or below AutoAttack, within 0.5 pt of the "
+        f"reference, status converged, ladder forward + backward passes per sample at most AutoAttack's.",
         _table(bench),
         "PID DeiT minus softmax DeiT on the same samples (McNemar's exact test on the discordant samples):",
         _paired(out, eps_list),
         "Indicators of attack failure computed by default on PGD-20 (rung 0), against \"a later rung of the ladder "
         "broke this sample\", over the samples PGD-20 left robust:",
-        _indicators(out)])
+        _indicators(out),
+        "Incomplete optimisation at other thresholds (precision / recall for \"a later rung broke it\"; the base "
+        "rate is the precision of a flag that carries no information):",
+        _tau_sweep(out)])
+
+
+def check_doc(out: Path) -> bool:
+    """Is the docs block the rendering of ``out``?"""
+    text = DOC.read_text()
+    if BEGIN not in text:
+        return False
+    return text.split(BEGIN, 1)[1].split(END, 1)[0].strip("\n") == render(out).strip("\n")
 
 
 def write_doc(block: str) -> None:
@@ -242,7 +311,12 @@ def main(argv: List[str] = None) -> int:
     p.add_argument("--limit", type=int, default=360)
     p.add_argument("--out", type=Path, default=OUT)
     p.add_argument("--render", action="store_true", help="write the docs block from --out (no evaluation)")
+    p.add_argument("--check", action="store_true", help="exit 1 if the docs block is not --render's output")
     args = p.parse_args(argv)
+    if args.check:
+        ok = check_doc(args.out)
+        print("docs/attacks.md converge block: " + ("up to date" if ok else "stale (run --render)"))
+        return 0 if ok else 1
     args.out.mkdir(parents=True, exist_ok=True)
     if args.render:
         block = render(args.out)

@@ -294,3 +294,31 @@ def test_reproduce_converge_rows_and_why_others_get_none():
     got = {r.name: converge_eligible(r) for r in study.rows}
     assert {k for k, (ok, _) in got.items() if ok} == {"fgsm-2", "fgsm-4", "pgd-2", "pgd-4"}
     assert "not an attack row" in got["clean"][1] and "noise" in got["noise"][1] and "L1" in got["sld"][1]
+
+
+def _bench():
+    import importlib.util
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    spec = importlib.util.spec_from_file_location("bench_converge", root / "scripts" / "bench_converge.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["bench_converge"] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_the_converge_docs_block_is_the_rendering_of_the_committed_bench_runs(tmp_path, monkeypatch):
+    """docs/attacks.md's converge block comes from scripts/bench_converge.py --render over docs/runs/converge;
+    a hand-edited number makes --check fail."""
+    bench = _bench()
+    assert bench.main(["--check"]) == 0
+    text = bench.DOC.read_text()
+    body = text.split(bench.BEGIN, 1)[1].split(bench.END, 1)[0]
+    row = next(line for line in body.splitlines() if line.startswith("| deit |"))
+    edited = tmp_path / "attacks.md"
+    edited.write_text(text.replace(row, row.replace("| converged |", "| not converged |", 1), 1))
+    monkeypatch.setattr(bench, "DOC", edited)
+    assert bench.main(["--check"]) == 1
+    # every bench row's criteria are stated, and the table says which of the 360 x 1..6/255 cells ran
+    assert "criteria" in body and "<= AA" in body and ("grid ran" in body or "not yet run" in body)
