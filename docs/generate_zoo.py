@@ -11,8 +11,10 @@ Blocks sit between markers, as in docs/generate_numbers.py::
     python docs/generate_zoo.py --no-run   # rewrite the blocks from what is there
     python docs/generate_zoo.py --check    # exit 1 naming each block that differs (tests run this)
 
-The reference run is ``reproduce claims-digits --all-columns`` on all 360 test digits (``REFERENCE``);
-its study.toml, entry.json and each row's records.parquet, summary.csv and run.json are committed.
+The reference run is ``reproduce claims-digits --all-columns`` on all 360 test digits (``REFERENCE``), then
+the converged column at ``CONVERGED_ROWS`` (``REFERENCE_CONVERGED``: the ``--converge`` ladder, standard protocol,
+every model; CPU time limits it to those rows); its study.toml, entry.json and each row's records.parquet,
+summary.csv and run.json are committed.
 """
 from __future__ import annotations
 
@@ -27,6 +29,9 @@ ROOT = Path(__file__).resolve().parents[1]
 CLAIMS_RUN = ROOT / "docs" / "runs" / "claims-digits"
 REFERENCE = ["reproduce", "claims-digits", "--all-columns", "--chunk-size", "120", "--quiet",
              "--out", "docs/runs/claims-digits"]
+CONVERGED_ROWS = ["pgd-4"]  # the rows with a converged value in the reference run (about 4 CPU minutes a model each)
+REFERENCE_CONVERGED = [*REFERENCE[:3], "--converge", *(a for r in CONVERGED_ROWS for a in ("--only", r)),
+                       *REFERENCE[3:]]
 
 
 def imagenet_command() -> str:
@@ -106,12 +111,30 @@ def _p(p: float) -> str:
     return "1" if p >= 0.9995 else (f"{p:.3f}" if p >= 0.001 else f"{p:.0e}")
 
 
+def ladder_status(alias: str, row: str) -> str:
+    """The ``--converge`` status of ``alias``'s converged ``row`` in the reference run ('' if not run)."""
+    import pandas as pd
+
+    from robustbench_pid.results.summaries.converge import condition_status
+
+    found = sorted(CLAIMS_RUN.glob(f"{alias}@*/converged/{row}/records.parquet"))
+    if not found:
+        return ""
+    r = pd.read_parquet(found[0], columns=["attack", "converge_status"])
+    return condition_status(r[r["attack"] == "converge"])
+
+
 def claims_block() -> str:
+    from robustbench_pid.studies.spec import CONVERGED_DIR
+
     study, cells, notes = _cells()
     by: Dict[str, List] = {}
+    conv: Dict[str, List] = {}
     for c in cells:
         if c.protocol == study.protocol:
             by.setdefault(c.claim, []).append(c)
+        elif c.protocol == CONVERGED_DIR:
+            conv.setdefault(c.claim, []).append(c)
     n = sorted({c.n for c in cells})
     from robustbench_pid.studies.table import entries
 
@@ -121,23 +144,35 @@ def claims_block() -> str:
              f"Columns in the committed run: {', '.join(f'`{m}`' for m in ran)}; not run (CPU time on the 2 shared "
              f"cores of the machine that made it): {', '.join(f'`{m}`' for m in absent)}, so their claims have no line "
              f"below. The same command completes the run (it resumes) and this script rewrites the page.")
+    models = {c.name: c.model for c in study.columns}
+    conv_rows = ", ".join(f"`{r}`" for r in CONVERGED_ROWS)
     out = [f"Reference run: `robustbench-pid {' '.join(REFERENCE)}` ({', '.join(map(str, n))} test digits per row, "
-           f"{study.protocol} protocol, CPU). {scope} Difference = method - baseline top-1 in points on the same images, "
-           f"[95% interval of the paired difference], p = McNemar's exact test. Attack rows are upper bounds on "
-           f"robust accuracy under one attack with the papers' settings.", "",
-           "| claim | clean | FGSM 3/255 | PGD-20 1/255 | PGD-20 3/255 | PGD-20 6/255 | verdict (PGD-20) |",
-           "|---|---|---|---|---|---|---|"]
+           f"{study.protocol} protocol, CPU), then the converged column: `robustbench-pid "
+           f"{' '.join(REFERENCE_CONVERGED)}` (row(s) {conv_rows} only: the ladder costs about 4 CPU minutes per "
+           f"model and row on 2 cores; the other eps are the same command with more `--only` rows, or a GPU). {scope} "
+           f"Difference = method - baseline top-1 in points on the same images, [95% interval of the paired "
+           f"difference], p = McNemar's exact test. Paper-protocol attack rows are upper bounds on robust accuracy "
+           f"under one attack with the papers' settings; a converged value is the per-sample worst case over the "
+           f"`--converge` ladder (standard protocol, started from the row's PGD-20), with the ladder's status.", "",
+           "| claim | clean | FGSM 3/255 | PGD-20 1/255 | PGD-20 3/255 | PGD-20 6/255 | verdict (PGD-20) | "
+           + " | ".join(f"{_row_label(study, r)} converged | verdict (converged)" for r in CONVERGED_ROWS) + " |",
+           "|---|---|---|---|---|---|---|" + "---|---|" * len(CONVERGED_ROWS)]
     for claim, group in by.items():
         row = {c.row: c for c in group}
+        crow = {c.row: c for c in conv.get(claim, [])}
         cols = []
         for r in ("clean", "fgsm-3", "pgd-1", "pgd-3", "pgd-6"):
             c = row.get(r)
             cols.append("—" if c is None else f"{_dci(c)}, p {_p(c.pvalue)}")
         v, _ = verdict(group)
-        out.append(f"| {claim} | " + " | ".join(cols) + f" | {v} |")
+        cols.append(v)
+        for r in CONVERGED_ROWS:
+            c = crow.get(r)
+            cols += ["—", "not run"] if c is None else [f"{_dci(c)}, p {_p(c.pvalue)}", survival(row.get(r), c)]
+        out.append(f"| {claim} | " + " | ".join(cols) + " |")
     out.append("")
     for claim, group in by.items():
-        out.append(sentence(claim, group))
+        out.append(sentence(claim, group) + converged_sentence(group, conv.get(claim, []), models))
         out.append("")
     out += [f"- {x}" for x in notes]
     return "\n".join(out).rstrip("\n")
@@ -162,6 +197,52 @@ def sentence(claim: str, group: Sequence) -> str:
     return (f"**{claim}** ({c0.source}; {c0.method} vs {c0.baseline}): on digits, paper protocol, {what}. "
             f"PGD-20 differences range from {_dci(lo)} ({lo.label}) to {_dci(hi)} ({hi.label}); FGSM: significant "
             f"gain at {fgsm_gains} of 6 eps; clean: {_dci(clean) if clean else '—'}.")
+
+
+def _row_label(study, name: str) -> str:
+    return next((r.label for r in study.rows if r.name == name), name)
+
+
+def survival(paper, conv) -> str:
+    """What a converged evaluation makes of the paper-protocol difference at one row: holds (a significant gain
+    at least as large), shrinks (significant, smaller), vanishes (no significant difference), reverses
+    (significantly worse); 'no gain to test' when the paper protocol showed no significant gain there."""
+    if paper is None or paper.verdict != "gain":
+        return {"gain": "no gain to test (gain only converged)", "loss": "no gain to test (loss)"}.get(
+            conv.verdict, "no gain to test")
+    if conv.verdict == "loss":
+        return "reverses"
+    if conv.verdict != "gain":
+        return "vanishes"
+    return "holds" if conv.diff >= paper.diff else "shrinks"
+
+
+def _acc(top1: float, n: int) -> str:
+    from robustbench_pid.results.stats.metrics import wilson_interval
+
+    lo, hi = wilson_interval(int(round(top1 * n / 100.0)), n)
+    return f"{top1:.2f}% [{100 * lo:.2f}, {100 * hi:.2f}]"
+
+
+def converged_sentence(group: Sequence, conv: Sequence, models: Dict[str, str]) -> str:
+    """The claim under the converged evaluation, per converged row: both accuracies with their intervals, each
+    ladder's status, the paired difference beside the paper protocol's, and what survives."""
+    if not conv:
+        return " Converged evaluation: not in the reference run."
+    paper = {c.row: c for c in group}
+    parts = []
+    for c in conv:
+        p = paper.get(c.row)
+        sb, sm = ladder_status(models[c.baseline], c.row), ladder_status(models[c.method], c.row)
+        st = (f"both ladders {sb}" if sb == sm else f"ladder status {c.baseline} {sb}, {c.method} {sm}")
+        was = f"; paper protocol {_dci(p)}, p {_p(p.pvalue)}" if p is not None else ""
+        word = survival(p, c)
+        lead = {"holds": "the gain holds", "shrinks": "the gain shrinks", "vanishes": "the gain vanishes",
+                "reverses": "the gain reverses"}.get(word, f"there is no paper-protocol gain to test ({word})")
+        eps = c.label.split()[-1]
+        parts.append(f"under the converged evaluation at {eps}, {lead}: {c.baseline} {_acc(c.baseline_top1, c.n)} vs "
+                     f"{c.method} {_acc(c.method_top1, c.n)} ({st}), difference {_dci(c)}, p {_p(c.pvalue)}{was}")
+    return " " + "; ".join(p[0].upper() + p[1:] for p in parts) + "."
 
 
 CAVEAT = ("These are 32 px digits models (4 blocks of width 64, 0.13M to 0.25M parameters, trained for minutes "

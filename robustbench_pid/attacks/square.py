@@ -72,13 +72,13 @@ class Square(Attack):
         from pyautoattack.square import SquareAttack
 
         seed = seed_from(generator)
-        counted = Counted(model)
+        counted = Counted(model, x)
         model, x_in, eps, back = to_unit_box(counted, x, self.eps, bounds)
         sq = SquareAttack(model, norm="Linf", n_queries=self.n_queries, eps=eps, p_init=self.p_init,
                           n_restarts=self.restarts, seed=seed, verbose=False, loss="margin",
                           resc_schedule=self.rescale_schedule, device=x.device)
         with torch.random.fork_rng(devices=rng_devices(x)):
             u_adv = sq.perturb(x_in, y)
-            counted.settle(self.telemetry)  # library code: passes known only per batch
+            counted.settle(self.telemetry)  # per sample: each forwarded row charged to its nearest clean image
         # undo the affine map, then remove its float rounding (~1e-8) so the ball holds exactly
         return project_linf(back(u_adv), x, self.eps, bounds)

@@ -5,7 +5,7 @@ changes results. (1) Its seed is drawn from the run's generator (the classes oth
 constant or the clock) and the global RNG it reseeds is restored afterwards (``fork_rng``), so it
 neither ignores nor disturbs the run's seeding. (2) Any box, or no box (paper protocol), maps onto
 the [0, 1] box the library clamps to (``_box``). (3) Passes are counted by a ``Counted`` model and
-charged to the telemetry (per batch: each sample gets the batch mean). (4) The library's zero-gradient
+charged to the telemetry per sample (each forwarded row to its nearest clean image). (4) The library's zero-gradient
 warnings go to a silent logger: the harness reports gradients itself.
 """
 from __future__ import annotations
@@ -42,7 +42,7 @@ def run_library(attack: Attack, model: torch.nn.Module, x: torch.Tensor, y: torc
                 call: Optional[Callable[[Any, torch.Tensor, torch.Tensor], torch.Tensor]] = None) -> torch.Tensor:
     """``build`` the library attack on the boxed model, run it on (x, y), return points in the ball."""
     seed = seed_from(generator)
-    counted = Counted(model)
+    counted = Counted(model, x)
     boxed, u, eps, back = to_unit_box(counted, x, attack.eps, bounds)
     obj = build(boxed, eps, seed)
     with torch.random.fork_rng(devices=rng_devices(x)):

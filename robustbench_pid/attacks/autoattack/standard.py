@@ -60,7 +60,7 @@ class AutoAttack(Attack):
         from pyautoattack import AutoAttack as _AA
 
         seed = seed_from(generator)
-        counted = Counted(model)
+        counted = Counted(model, x)
         model, x_in, eps, back = to_unit_box(counted, x, self.eps, bounds)
         aa = _AA(model, norm="Linf", eps=eps, version="standard", seed=seed, device=x.device)
         log = logging.getLogger("auto-attack")
@@ -69,7 +69,7 @@ class AutoAttack(Attack):
         try:
             with torch.random.fork_rng(devices=rng_devices(x)):
                 u_adv, _ = aa.run_standard_evaluation(x_in, y, batch_size=max(1, len(x)))
-                counted.settle(self.telemetry)  # library code: passes known only per batch
+                counted.settle(self.telemetry)  # per sample: each forwarded row charged to its nearest clean image
         finally:
             log.setLevel(level)
         # undo the affine map, then remove its float rounding (~1e-8) so the ball holds exactly

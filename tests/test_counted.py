@@ -1,0 +1,84 @@
+"""Per-sample pass counts for the library attacks (Square, AutoAttack's components): ``Counted`` charges each
+forwarded row to its nearest clean image, so a sample the attack broke early carries fewer passes than one it
+kept attacking, and the counts still add up to every image the model saw."""
+from __future__ import annotations
+
+import torch
+
+from robustbench_pid.attacks import make_attack
+from robustbench_pid.attacks.telemetry import Counted, Telemetry
+
+
+def _model_and_data():
+    from sklearn.datasets import load_digits
+
+    d = load_digits()
+    x = torch.tensor(d.images[:40] / 16.0, dtype=torch.float32)[:, None]
+    y = torch.tensor(d.target[:40])
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(64, 32), torch.nn.ReLU(), torch.nn.Linear(32, 10))
+    opt = torch.optim.Adam(net.parameters(), lr=0.05)
+    for _ in range(150):
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(net(x), y).backward()
+        opt.step()
+    return net.eval(), x, y
+
+
+def test_rows_are_charged_to_their_own_images_forward_and_backward():
+    net, x, y = _model_and_data()
+    c = Counted(net, x)
+    sub = torch.tensor([3, 3, 7, 20])
+    noisy = (x[sub] + 0.02 * torch.randn_like(x[sub])).clamp(0, 1)  # iterates near their own images
+    with torch.no_grad():
+        c(x)  # every image once
+    xr = noisy.clone().requires_grad_(True)
+    c(xr).sum().backward()
+    want_f = torch.ones(len(x), dtype=torch.float64)
+    want_f[3] += 2
+    want_f[7] += 1
+    want_f[20] += 1
+    want_b = want_f - 1
+    assert torch.equal(c.per_forward, want_f) and torch.equal(c.per_backward, want_b)
+    t = Telemetry(len(x), torch.device("cpu"))
+    c.settle(t)
+    assert t.forward.tolist() == want_f.float().tolist() and t.backward.tolist() == want_b.float().tolist()
+    assert c.n_forward == len(x) + 4 and c.n_backward == 4
+
+
+def test_without_originals_or_with_foreign_rows_every_sample_gets_the_batch_mean():
+    net, x, y = _model_and_data()
+    c = Counted(net)
+    with torch.no_grad():
+        c(x[:10])
+    t = Telemetry(20, torch.device("cpu"))
+    c.settle(t)
+    assert t.forward.tolist() == [0.5] * 20
+    class AnyShape(torch.nn.Module):
+        def forward(self, z: torch.Tensor) -> torch.Tensor:
+            return z.flatten(1).mean(1, keepdim=True).expand(-1, 10)
+
+    c = Counted(AnyShape(), x[:4])
+    with torch.no_grad():
+        c(x[:4])
+        c(torch.zeros(2, 1, 4, 4))  # a shape the originals do not have: no owner, so no per-sample counts
+    t = Telemetry(4, torch.device("cpu"))
+    c.settle(t)
+    assert t.forward.tolist() == [1.5] * 4
+
+
+def test_square_charges_each_sample_its_own_queries():
+    net, x, y = _model_and_data()
+    with torch.no_grad():
+        ok = net(x).argmax(1) == y
+    x, y = x[ok], y[ok]
+    attack = make_attack("square", eps=0.3, n_queries=200)
+    x_adv = attack(net, x, y, bounds=(0.0, 1.0), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        broken = net(x_adv).argmax(1) != y
+    fwd = attack.telemetry.forward
+    assert broken.any() and (~broken).any()
+    # a sample still robust was queried to the end; a broken one stopped when it broke
+    assert float(fwd[~broken].min()) > float(fwd[broken].min())
+    assert float(fwd[~broken].min()) >= 200
+    assert len(set(fwd.tolist())) > 2  # not one batch mean for all
