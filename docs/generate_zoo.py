@@ -12,9 +12,10 @@ Blocks sit between markers, as in docs/generate_numbers.py::
     python docs/generate_zoo.py --check    # exit 1 naming each block that differs (tests run this)
 
 The reference run is ``reproduce claims-digits --all-columns`` on all 360 test digits (``REFERENCE``), then
-the converged column at ``CONVERGED_ROWS`` (``REFERENCE_CONVERGED``: the ``--converge`` ladder, standard protocol,
-every model; CPU time limits it to those rows); its study.toml, entry.json and each row's records.parquet,
-summary.csv and run.json are committed.
+the converged values (``REFERENCE_CONVERGED``: the ``--converge`` ladder, standard protocol): every model at
+``CONVERGED_ROWS``, and the embedded pair (PID DeiT, softmax DeiT) at every PGD-20 eps (``PAIR_ROWS``); CPU time
+limits it to those. Its study.toml, entry.json and each row's records.parquet, summary.csv and run.json are
+committed.
 """
 from __future__ import annotations
 
@@ -29,9 +30,17 @@ ROOT = Path(__file__).resolve().parents[1]
 CLAIMS_RUN = ROOT / "docs" / "runs" / "claims-digits"
 REFERENCE = ["reproduce", "claims-digits", "--all-columns", "--chunk-size", "120", "--quiet",
              "--out", "docs/runs/claims-digits"]
-CONVERGED_ROWS = ["pgd-4"]  # the rows with a converged value in the reference run (about 4 CPU minutes a model each)
-REFERENCE_CONVERGED = [*REFERENCE[:3], "--converge", *(a for r in CONVERGED_ROWS for a in ("--only", r)),
-                       *REFERENCE[3:]]
+CONVERGED_ROWS = ["pgd-4"]  # every model's converged rows in the reference run (5 to 30 CPU minutes a model)
+PAIR_ROWS = [f"pgd-{e}" for e in range(1, 7)]  # PID DeiT vs softmax DeiT: converged at every eps
+
+
+def _only(rows: Sequence[str]) -> List[str]:
+    return [a for r in rows for a in ("--only", r)]
+
+
+REFERENCE_CONVERGED = [
+    [*REFERENCE[:3], "--converge", *_only(CONVERGED_ROWS), *REFERENCE[3:]],
+    *([*REFERENCE[:2], "--model", m, "--converge", *_only(PAIR_ROWS), *REFERENCE[3:]] for m in ("deit", "pid_deit"))]
 
 
 def imagenet_command() -> str:
@@ -145,11 +154,11 @@ def claims_block() -> str:
              f"cores of the machine that made it): {', '.join(f'`{m}`' for m in absent)}, so their claims have no line "
              f"below. The same command completes the run (it resumes) and this script rewrites the page.")
     models = {c.name: c.model for c in study.columns}
-    conv_rows = ", ".join(f"`{r}`" for r in CONVERGED_ROWS)
+    cmds = "; ".join(f"`robustbench-pid {' '.join(c)}`" for c in REFERENCE_CONVERGED)
     out = [f"Reference run: `robustbench-pid {' '.join(REFERENCE)}` ({', '.join(map(str, n))} test digits per row, "
-           f"{study.protocol} protocol, CPU), then the converged column: `robustbench-pid "
-           f"{' '.join(REFERENCE_CONVERGED)}` (row(s) {conv_rows} only: the ladder costs about 4 CPU minutes per "
-           f"model and row on 2 cores; the other eps are the same command with more `--only` rows, or a GPU). {scope} "
+           f"{study.protocol} protocol, CPU), then the converged values: {cmds}. {converged_scope(study)} The ladder "
+           f"costs 5 to 30 CPU minutes per model and row on this machine's 2 cores; the rest of the grid is the same "
+           f"command with more `--only` rows (or a GPU). {scope} "
            f"Difference = method - baseline top-1 in points on the same images, [95% interval of the paired "
            f"difference], p = McNemar's exact test. Paper-protocol attack rows are upper bounds on robust accuracy "
            f"under one attack with the papers' settings; a converged value is the per-sample worst case over the "
@@ -174,7 +183,8 @@ def claims_block() -> str:
     for claim, group in by.items():
         out.append(sentence(claim, group) + converged_sentence(group, conv.get(claim, []), models))
         out.append("")
-    out += [f"- {x}" for x in notes]
+    out += pair_table(study, by, conv, models)
+    out += [f"- {x}" for x in notes if not _by_design(x, study, models)]
     return "\n".join(out).rstrip("\n")
 
 
@@ -199,6 +209,67 @@ def sentence(claim: str, group: Sequence) -> str:
             f"gain at {fgsm_gains} of 6 eps; clean: {_dci(clean) if clean else '—'}.")
 
 
+def pair_table(study, by: Dict[str, List], conv: Dict[str, List], models: Dict[str, str]) -> List[str]:
+    """PID DeiT minus softmax DeiT at every PGD-20 eps: paper protocol beside the converged evaluation."""
+    claim = next((k for k, g in by.items() if models.get(g[0].baseline) == "deit"
+                  and models.get(g[0].method) == "pid_deit"), None)
+    if claim is None:
+        return []
+    paper = {c.row: c for c in by[claim]}
+    crow = {c.row: c for c in conv.get(claim, [])}
+    out = [f"**{claim}, at every PGD-20 eps** (the converged-robustness issue's question: how much of PID's gain "
+           f"survives): paper protocol (PGD-20, the papers' settings) beside the converged evaluation (standard "
+           f"protocol, the `--converge` ladder), on the same 360 images; accuracies with 95% Wilson intervals, "
+           f"differences PID - softmax with the paired interval and McNemar's exact p.", "",
+           "| eps | paper: softmax | paper: PID | paper: difference, p | converged: softmax | converged: PID | "
+           "converged: difference, p | ladder status (softmax / PID) | the gain |",
+           "|---|---|---|---|---|---|---|---|---|"]
+    for r in PAIR_ROWS:
+        p, c = paper.get(r), crow.get(r)
+        eps = _row_label(study, r).split()[-1]
+        pc = ["—"] * 3 if p is None else [_acc(p.baseline_top1, p.n), _acc(p.method_top1, p.n),
+                                         f"{_dci(p)}, p {_p(p.pvalue)}"]
+        if c is None:
+            cc = ["not run"] + ["—"] * 4
+        else:
+            st = f"{ladder_status(models[c.baseline], r)} / {ladder_status(models[c.method], r)}"
+            cc = [_acc(c.baseline_top1, c.n), _acc(c.method_top1, c.n), f"{_dci(c)}, p {_p(c.pvalue)}", st,
+                  survival(p, c)]
+        out.append(f"| {eps} | " + " | ".join(pc + cc) + " |")
+    return out + [""]
+
+
+def converged_scope(study) -> str:
+    """Which rows of which models have a converged value in the reference run (what the folders hold)."""
+    from robustbench_pid.studies.pairs import _complete
+
+    have: Dict[str, List[str]] = {}
+    for c in study.columns:
+        rows = [r.name for r in study.rows
+                if any(_complete(d) for d in CLAIMS_RUN.glob(f"{c.model}@*/converged/{r.name}"))]
+        have[c.model] = rows
+    groups: Dict[Tuple[str, ...], List[str]] = {}
+    for m, rows in have.items():
+        groups.setdefault(tuple(rows), []).append(m)
+    parts = [f"{', '.join(f'`{m}`' for m in ms)} at {', '.join(f'`{r}`' for r in rows) if rows else 'no row'}"
+             for rows, ms in sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[0]))]
+    return "Converged values in the committed run: " + "; ".join(parts) + "."
+
+
+def _by_design(note: str, study, models: Dict[str, str]) -> bool:
+    """A pairs note about a converged row the reference run does not take (``CONVERGED_ROWS``, and ``PAIR_ROWS``
+    for PID DeiT vs softmax DeiT): absent by design, so not listed as missing."""
+    import re
+
+    m = re.search(r"^(.*), converged protocol, row '([^']+)'", note)
+    if m is None:
+        return False
+    claim, row = m.groups()
+    cols = [(p.baseline, p.method) for p in study.pairs if p.claim == claim]
+    pair = bool(cols) and {models.get(c) for c in cols[0]} == {"deit", "pid_deit"}
+    return row not in CONVERGED_ROWS and not (pair and row in PAIR_ROWS)
+
+
 def _row_label(study, name: str) -> str:
     return next((r.label for r in study.rows if r.name == name), name)
 
@@ -206,10 +277,10 @@ def _row_label(study, name: str) -> str:
 def survival(paper, conv) -> str:
     """What a converged evaluation makes of the paper-protocol difference at one row: holds (a significant gain
     at least as large), shrinks (significant, smaller), vanishes (no significant difference), reverses
-    (significantly worse); 'no gain to test' when the paper protocol showed no significant gain there."""
+    (significantly worse); 'no paper gain; converged: gain | loss | none' when the paper protocol showed no
+    significant gain there."""
     if paper is None or paper.verdict != "gain":
-        return {"gain": "no gain to test (gain only converged)", "loss": "no gain to test (loss)"}.get(
-            conv.verdict, "no gain to test")
+        return "no paper gain; converged: " + {"gain": "gain", "loss": "loss"}.get(conv.verdict, "none")
     if conv.verdict == "loss":
         return "reverses"
     if conv.verdict != "gain":
@@ -238,7 +309,8 @@ def converged_sentence(group: Sequence, conv: Sequence, models: Dict[str, str]) 
         was = f"; paper protocol {_dci(p)}, p {_p(p.pvalue)}" if p is not None else ""
         word = survival(p, c)
         lead = {"holds": "the gain holds", "shrinks": "the gain shrinks", "vanishes": "the gain vanishes",
-                "reverses": "the gain reverses"}.get(word, f"there is no paper-protocol gain to test ({word})")
+                "reverses": "the gain reverses"}.get(
+            word, f"there is no paper-protocol gain at this eps to test (converged: {c.verdict})")
         eps = c.label.split()[-1]
         parts.append(f"under the converged evaluation at {eps}, {lead}: {c.baseline} {_acc(c.baseline_top1, c.n)} vs "
                      f"{c.method} {_acc(c.method_top1, c.n)} ({st}), difference {_dci(c)}, p {_p(c.pvalue)}{was}")
@@ -301,8 +373,9 @@ def write_blocks() -> List[str]:
 
 def run_reference() -> None:
     env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
-    print("+ robustbench-pid", " ".join(REFERENCE), flush=True)
-    subprocess.run([sys.executable, "-m", "robustbench_pid", *REFERENCE], cwd=ROOT, env=env, check=True)
+    for cmd in (REFERENCE, *REFERENCE_CONVERGED):
+        print("+ robustbench-pid", " ".join(cmd), flush=True)
+        subprocess.run([sys.executable, "-m", "robustbench_pid", *cmd], cwd=ROOT, env=env, check=True)
 
 
 def main(argv: Sequence[str] = ()) -> int:

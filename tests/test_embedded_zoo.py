@@ -88,3 +88,54 @@ def test_docs_quote_the_manifest_and_the_claims_reference_run_measured_the_same_
         s = s[(s["attack"] == "clean") & (s["metric"] == "top1")].iloc[0]
         assert int(s["n"]) == 360 and s["checkpoint_sha256"] == man[embedded_name(alias)]["sha256"], alias
         assert f"{s['value']:.4f}" == f"{100 * man[embedded_name(alias)]['clean_test_top1']:.4f}", alias
+
+
+def _generate_zoo():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("generate_zoo", ROOT / "docs" / "generate_zoo.py")
+    gen = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gen)
+    return gen
+
+
+def test_the_reference_run_has_a_converged_value_for_every_model_at_its_converged_rows() -> None:
+    """Every column of claims-digits has the --converge ladder's value at CONVERGED_ROWS on all 360 digits,
+    from the embedded file, with a status; the doc's per-claim sentences quote those runs."""
+    gen = _generate_zoo()
+    man = read_manifest()
+    text = (ROOT / "docs" / "claims.md").read_text()
+    for alias in ALIASES:
+        for row in gen.CONVERGED_ROWS:
+            (run,) = gen.CLAIMS_RUN.glob(f"{alias}@*/converged/{row}")
+            r = pd.read_parquet(run / "records.parquet")
+            c = r[r["attack"] == "converge"]
+            assert len(c) == 360 and c["sample_id"].is_unique, alias
+            assert r["checkpoint_sha256"].iloc[0] == man[embedded_name(alias)]["sha256"], alias
+            status = gen.ladder_status(alias, row)
+            assert status in ("converged", "not converged", "upper bound: gradients unavailable"), alias
+            # the converged value is at or below the row's own attack (rung 0) on every sample
+            assert (c["correct_top1"].astype(bool) <= c["rung0_correct_top1"].astype(bool)).all(), alias
+    assert text.count("Under the converged evaluation at 4/255") == 8  # one per claim pair
+
+
+def test_what_a_converged_evaluation_makes_of_a_paper_protocol_gain() -> None:
+    """survival(): holds / shrinks / vanishes / reverses against the paper protocol's significant gain, and
+    'no paper gain' with the converged verdict otherwise (hand-made cells)."""
+    from robustbench_pid.studies.pairs import PairCell
+
+    gen = _generate_zoo()
+
+    def cell(diff: float, p: float) -> PairCell:
+        return PairCell("c", "s", "A", "B", "pgd-4", "PGD-20 4/255", "x", 360, 50.0, 50.0 + diff, diff, diff - 3,
+                        diff + 3, 0, 0, p)
+
+    paper = cell(8.0, 0.001)
+    assert gen.survival(paper, cell(10.0, 1e-5)) == "holds"
+    assert gen.survival(paper, cell(8.0, 0.01)) == "holds"
+    assert gen.survival(paper, cell(4.0, 0.01)) == "shrinks"
+    assert gen.survival(paper, cell(4.0, 0.2)) == "vanishes"
+    assert gen.survival(paper, cell(-4.0, 0.01)) == "reverses"
+    assert gen.survival(cell(2.0, 0.3), cell(-5.0, 0.01)) == "no paper gain; converged: loss"
+    assert gen.survival(cell(-2.0, 0.01), cell(3.0, 0.01)) == "no paper gain; converged: gain"
+    assert gen.survival(None, cell(1.0, 0.5)) == "no paper gain; converged: none"
