@@ -187,13 +187,12 @@ def _paired(out: Path, eps_list: List[str]) -> str:
     return "\n".join(lines)
 
 
-def _indicators(out: Path) -> str:
-    """Each indicator computed on the PGD-20 records: precision and recall for 'a later rung broke it'."""
+def _pgd_robust(out: Path):
+    """Per model and eps: the PGD-20 (rung 0) records of the samples it left robust, the indicator flags of
+    those records, and per sample whether a later rung of the ladder broke it."""
     from robustbench_pid.results.report.indicators import sample_flags
     from robustbench_pid.results.store import load_records
 
-    lines = ["| model | eps | indicator | PGD-robust samples judged | flagged | broken later | precision | recall |",
-             "|---|---|---|---|---|---|---|---|"]
     for m in ("deit", "pid_deit"):
         r = load_records(out / f"{m}-converge")
         pgd = r[(r["benchmark"] == "adversarial") & (r["attack"] == "pgd")]
@@ -203,19 +202,27 @@ def _indicators(out: Path) -> str:
             c = conv[(conv["eps"] - eps).abs() < 1e-9].set_index(conv["sample_id"].astype(str))
             g = g[g["correct_top1"].astype(bool)]  # robust under PGD-20: could a later rung break it?
             later = ~c.loc[g["sample_id"].astype(str), "correct_top1"].astype(bool).values
-            from robustbench_pid.core.labels import eps_text
+            yield m, eps, g, flags.loc[g.index], later
 
-            for ind in ("incomplete_optimization", "silent_success", "unavailable_gradients"):
-                f = flags.loc[g.index, ind]
-                known = f.notna().values
-                if not known.any():
-                    continue
-                fl = (f.fillna(0).values > 0) & known
-                tp = int((fl & later & known).sum())
-                prec = f"{100 * tp / fl.sum():.1f}%" if fl.sum() else "-"
-                rec = f"{100 * tp / (later & known).sum():.1f}%" if (later & known).sum() else "-"
-                lines.append(f"| {m} | {eps_text(eps, 'linf')} | {ind} | {int(known.sum())} | {int(fl.sum())} | "
-                             f"{int((later & known).sum())} | {prec} | {rec} |")
+
+def _indicators(out: Path) -> str:
+    """Each indicator computed on the PGD-20 records: precision and recall for 'a later rung broke it'."""
+    from robustbench_pid.core.labels import eps_text
+
+    lines = ["| model | eps | indicator | PGD-robust samples judged | flagged | broken later | precision | recall |",
+             "|---|---|---|---|---|---|---|---|"]
+    for m, eps, g, flags, later in _pgd_robust(out):
+        for ind in ("incomplete_optimization", "silent_success", "unavailable_gradients"):
+            f = flags[ind]
+            known = f.notna().values
+            if not known.any():
+                continue
+            fl = (f.fillna(0).values > 0) & known
+            tp = int((fl & later & known).sum())
+            prec = f"{100 * tp / fl.sum():.1f}%" if fl.sum() else "-"
+            rec = f"{100 * tp / (later & known).sum():.1f}%" if (later & known).sum() else "-"
+            lines.append(f"| {m} | {eps_text(eps, 'linf')} | {ind} | {int(known.sum())} | {int(fl.sum())} | "
+                         f"{int((later & known).sum())} | {prec} | {rec} |")
     return "\n".join(lines)
 
 
@@ -228,28 +235,22 @@ def _tau_sweep(out: Path) -> str:
     samples a later rung broke, what a flag that carries no information would show as its precision."""
     from robustbench_pid.core.labels import eps_text
     from robustbench_pid.results.report.indicators import TREND_TAU
-    from robustbench_pid.results.store import load_records
 
     lines = ["| model | eps | PGD-robust | broken later (base rate) | " + " | ".join(
         f"tau {t:g}{' (default)' if abs(t - TREND_TAU) < 1e-12 else ''}: precision / recall" for t in TAUS) + " |",
         "|---|---|---|---|" + "---|" * len(TAUS)]
-    for m in ("deit", "pid_deit"):
-        r = load_records(out / f"{m}-converge")
-        pgd = r[(r["benchmark"] == "adversarial") & (r["attack"] == "pgd")]
-        conv = r[r["benchmark"] == "converge"]
-        for eps, g in pgd.groupby("eps"):
-            c = conv[(conv["eps"] - eps).abs() < 1e-9].set_index(conv["sample_id"].astype(str))
-            g = g[g["correct_top1"].astype(bool) & g["loss_trend"].notna()]
-            later = ~c.loc[g["sample_id"].astype(str), "correct_top1"].astype(bool).values
-            cells = []
-            for t in TAUS:
-                fl = (g["loss_trend"] > t).values
-                tp = int((fl & later).sum())
-                prec = f"{100 * tp / fl.sum():.0f}%" if fl.sum() else "-"
-                rec = f"{100 * tp / later.sum():.0f}%" if later.sum() else "-"
-                cells.append(f"{prec} / {rec} ({int(fl.sum())} flagged)")
-            base = f"{int(later.sum())} ({100 * later.mean():.0f}%)" if len(g) else "0"
-            lines.append(f"| {m} | {eps_text(eps, 'linf')} | {len(g)} | {base} | " + " | ".join(cells) + " |")
+    for m, eps, g, _, later in _pgd_robust(out):
+        has = g["loss_trend"].notna().values
+        g, later = g[has], later[has]
+        cells = []
+        for t in TAUS:
+            fl = (g["loss_trend"] > t).values
+            tp = int((fl & later).sum())
+            prec = f"{100 * tp / fl.sum():.0f}%" if fl.sum() else "-"
+            rec = f"{100 * tp / later.sum():.0f}%" if later.sum() else "-"
+            cells.append(f"{prec} / {rec} ({int(fl.sum())} flagged)")
+        base = f"{int(later.sum())} ({100 * later.mean():.0f}%)" if len(g) else "0"
+        lines.append(f"| {m} | {eps_text(eps, 'linf')} | {len(g)} | {base} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
