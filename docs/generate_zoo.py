@@ -241,12 +241,12 @@ def pair_table(study, by: Dict[str, List], conv: Dict[str, List], models: Dict[s
 
 def converged_scope(study) -> str:
     """Which rows of which models have a converged value in the reference run (what the folders hold)."""
-    from robustbench_pid.studies.pairs import _complete
+    from robustbench_pid.results.files.verify import is_complete
 
     have: Dict[str, List[str]] = {}
     for c in study.columns:
         rows = [r.name for r in study.rows
-                if any(_complete(d) for d in CLAIMS_RUN.glob(f"{c.model}@*/converged/{r.name}"))]
+                if any(is_complete(d) for d in CLAIMS_RUN.glob(f"{c.model}@*/converged/{r.name}"))]
         have[c.model] = rows
     groups: Dict[Tuple[str, ...], List[str]] = {}
     for m, rows in have.items():

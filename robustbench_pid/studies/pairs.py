@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
 import pandas as pd
 
+from ..results.files.verify import is_complete
 from .spec import CONVERGED_DIR, Pair, Row, Study, attack_settings
 from ..results.stats.stats import mcnemar_from_counts, paired_difference_interval
 
@@ -56,18 +56,11 @@ class PairCell:
         return "gain" if self.diff > 0 else "loss"
 
 
-def _complete(run_dir: Path) -> bool:
-    try:
-        return json.loads((run_dir / "run.json").read_text()).get("status") == "complete"
-    except (OSError, ValueError):
-        return False
-
-
 def row_verdicts(run_dir: Path, row: Row, converged: bool = False) -> Optional[pd.Series]:
     """Per-sample top-1 correctness (index: sample_id) of ``row`` in one run folder, or None if not run.
     ``converged`` (a ``reproduce --converge`` folder): the ladder's worst case over every rung at the row's
     eps, not the row's own attack, which that folder also holds (rung 0, standard protocol)."""
-    if not _complete(run_dir) or not (run_dir / "records.parquet").is_file():
+    if not is_complete(run_dir) or not (run_dir / "records.parquet").is_file():
         return None
     rec = pd.read_parquet(run_dir / "records.parquet", columns=["sample_id", "attack", "eps", "correct_top1"])
     if row.attack is None:

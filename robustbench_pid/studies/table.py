@@ -19,6 +19,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import pandas as pd
 
+from ..results.files.verify import is_complete
 from .spec import CONVERGED_DIR, METRICS, Row, Study, attack_settings, parse_study
 
 STUDY_FILE = "study.toml"
@@ -124,13 +125,6 @@ def with_bootstrap_interval(line: pd.Series, run_dir: Path, n_boot: int = 1000) 
     return line
 
 
-def _complete(run_dir: Path) -> bool:
-    try:
-        return json.loads((run_dir / "run.json").read_text()).get("status") == "complete"
-    except (OSError, ValueError):
-        return False
-
-
 def study_cells(out: Path) -> Tuple[Study, List[Cell], List[str]]:
     """The study of folder ``out``, a cell per (row, metric, entry, protocol) and notes (missing rows)."""
     out = Path(out)
@@ -143,7 +137,7 @@ def study_cells(out: Path) -> Tuple[Study, List[Cell], List[str]]:
         for proto in protocols:
             for r in study.rows:
                 run_dir = e["dir"] / proto / r.name
-                summary = pd.read_csv(run_dir / "summary.csv") if _complete(run_dir) else None
+                summary = pd.read_csv(run_dir / "summary.csv") if is_complete(run_dir) else None
                 if summary is None:
                     notes.append(f"{e['model']} as {e['column']!r}, {proto} protocol: row {r.name!r} not run "
                                  f"(or not finished) in {run_dir}")

@@ -37,6 +37,12 @@ def _info(run_dir: Path) -> Optional[Dict[str, Any]]:
     return info if isinstance(info, dict) else None
 
 
+def is_complete(run_dir: Path) -> bool:
+    """Has this run folder been finalized (run.json's status "complete", its last write)?"""
+    info = _info(Path(run_dir))
+    return info is not None and info.get("status") == "complete"
+
+
 def verify_run_files(run_dir: Path, info: Optional[Dict[str, Any]] = None,
                      names: Iterable[str] = RUN_FILES) -> None:
     """Refuse (RunFileChecksumError) a run file whose bytes differ from the sha256 in run.json;
