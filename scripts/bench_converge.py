@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -47,14 +48,15 @@ def _unit_seconds(run: Path, benchmark: str, attack: str, eps: float) -> float:
     return total
 
 
-def reference(model_name: str, aa: pd.DataFrame, eps: float, limit: int) -> pd.DataFrame:
-    """AutoAttack's verdicts, then the reference's extra attacks on the samples it left robust."""
+def reference(model_name: str, aa: pd.DataFrame, eps: float, limit: int, device: str = "cpu") -> pd.DataFrame:
+    """AutoAttack's verdicts, then the reference's extra attacks on the samples it left robust, on ``device``
+    (the generator stays on the CPU, as in a run: the draws do not depend on the device)."""
     import torch
 
     import robustbench_pid as rbp
     from robustbench_pid.attacks import make_attack
 
-    model = rbp.load_model(model_name)
+    model = rbp.load_model(model_name).to(device)
     ds = rbp.load_dataset("digits", split="test")
     ids = [str(s) for s in ds.sample_ids[:limit]]
     robust = aa.set_index(aa["sample_id"].astype(str))["correct_top1"].astype(bool).reindex(ids).fillna(False)
@@ -67,12 +69,14 @@ def reference(model_name: str, aa: pd.DataFrame, eps: float, limit: int) -> pd.D
         left = [i for i in idx if out.loc[i, "reference_correct"]]
         if not left:
             continue
-        x = torch.stack([ds[i][0] for i in left])
-        y = torch.tensor([int(ds[i][1]) for i in left])
+        x = torch.stack([ds[i][0] for i in left]).to(device)
+        y = torch.tensor([int(ds[i][1]) for i in left]).to(device)
         attack = make_attack(name, eps=eps, **params)
         x_adv = attack(model, x, y, bounds=(0.0, 1.0), generator=gen)
         with torch.no_grad():
             ok = (model(x_adv).argmax(1) == y).tolist()
+        if torch.device(device).type == "cuda":
+            torch.cuda.synchronize()
         tel = attack.telemetry
         for j, i in enumerate(left):
             out.loc[i, "reference_correct"] = bool(ok[j])
@@ -82,64 +86,62 @@ def reference(model_name: str, aa: pd.DataFrame, eps: float, limit: int) -> pd.D
     return out
 
 
-def measure(model: str, eps_list: List[str], limit: int, out: Path) -> pd.DataFrame:
+def _device_label(device) -> str:
+    from robustbench_pid.run.provenance import device_name
+
+    return device_name(device) if device.type == "cuda" else f"CPU ({os.cpu_count()} cores)"
+
+
+def cell_dir(out: Path, model: str, eps: str) -> Path:
+    """One folder per (model, eps): its two run folders (a run folder holds one configuration), the reference
+    and the bench row. Cells are independent, so they can run in parallel processes and on other machines."""
+    return out / f"{model}@{eps.replace('/', '-')}"
+
+
+def measure(model: str, e: str, limit: int, out: Path, device: str = "cpu") -> pd.DataFrame:
+    """One cell: the ladder, then AutoAttack, then the reference, timed side by side in this process."""
+    import torch
+
     import robustbench_pid as rbp
     from robustbench_pid.core.labels import parse_eps
+    from robustbench_pid.results.summaries.converge import condition_status
+    from robustbench_pid.runtime.device import pick_device
 
-    rows = []
-    conv_dir, aa_dir = out / f"{model}-converge", out / f"{model}-autoattack"
+    device, eps, cell = str(pick_device(device)), parse_eps(e), cell_dir(out, model, e)
+    conv_dir, aa_dir = cell / "converge", cell / "autoattack"
     t = time.time()
-    rbp.evaluate(model=model, attack="pgd", steps=20, eps=eps_list, converge=True, limit=limit, out=conv_dir)
+    rbp.evaluate(model=model, attack="pgd", steps=20, eps=[e], converge=True, limit=limit, out=conv_dir,
+                 device=device)
     t_conv = time.time() - t
     t = time.time()
-    rbp.evaluate(model=model, attack="autoattack", eps=eps_list, limit=limit, out=aa_dir)
+    rbp.evaluate(model=model, attack="autoattack", eps=[e], limit=limit, out=aa_dir, device=device)
     t_aa = time.time() - t
-    conv = rbp.load_records(conv_dir)
-    aa = rbp.load_records(aa_dir)
-    refs = []
-    cached = out / f"{model}-reference.csv"
-    old = pd.read_csv(cached) if cached.is_file() else pd.DataFrame(columns=["eps"])
-    for e in eps_list:
-        eps = parse_eps(e)
-        c = conv[(conv["benchmark"] == "converge") & ((conv["eps"] - eps).abs() < 1e-9)]
-        p = conv[(conv["attack"] == "pgd") & ((conv["eps"] - eps).abs() < 1e-9)]
-        a = aa[(aa["attack"] == "autoattack") & ((aa["eps"] - eps).abs() < 1e-9)]
-        hit = old[(old["eps"] - eps).abs() < 1e-9] if len(old) else old
-        if len(hit) == limit:  # the reference is AutoAttack + extra attacks with fixed seeds: reused, not re-run
-            ref = hit.reset_index(drop=True)
-            if "seconds" not in ref.columns:  # written before the column: the time its bench row recorded
-                prev = pd.read_csv(out / f"{model}-bench.csv")
-                ref["seconds"] = float(prev.loc[prev["eps"].astype(str) == e, "ref_extra_seconds"].iloc[0])
-            ref.attrs["seconds"] = float(ref["seconds"].iloc[0])
-        else:
-            ref = reference(model, a, eps, limit)
-            ref["seconds"] = ref.attrs["seconds"]
-        refs.append(ref)
-        n = len(c)
-        from robustbench_pid.results.summaries.converge import condition_status
-
-        s_conv = _unit_seconds(conv_dir, "converge", "converge", eps)
-        s_aa = _unit_seconds(aa_dir, "adversarial", "autoattack", eps)
-        rows.append({"model": model, "eps": e, "n": n, "pgd20": 100 * p["correct_top1"].mean(),
-                     "converged": 100 * c["correct_top1"].astype(bool).mean(), "status": condition_status(c),
-                     "autoattack": 100 * a["correct_top1"].mean(), "reference": 100 * ref["reference_correct"].mean(),
-                     "ladder_fwd": c["passes_forward"].mean(), "ladder_bwd": c["passes_backward"].mean(),
-                     "aa_fwd": a["passes_forward"].fillna(0).mean(), "aa_bwd": a["passes_backward"].fillna(0).mean(),
-                     "ref_extra_fwd": ref["extra_forward"].mean(), "ref_extra_bwd": ref["extra_backward"].mean(),
-                     "ladder_seconds": s_conv, "aa_seconds": s_aa, "ref_extra_seconds": ref.attrs["seconds"],
-                     "wall_ratio": s_conv / s_aa if s_aa else float("nan"),
-                     "rungs": ";".join(dict.fromkeys(c["converge_rungs"].astype(str)))})
-    ref_all = pd.concat([old[~old["eps"].isin(pd.concat(refs)["eps"])], *refs]) if len(old) else pd.concat(refs)
-    ref_all.sort_values(["eps", "sample_id"], kind="stable").to_csv(out / f"{model}-reference.csv", index=False)
-    df = pd.DataFrame(rows)
-    bench_csv = out / f"{model}-bench.csv"
-    if bench_csv.is_file():  # the grid accumulates over runs: other eps' rows are kept, this run's replace theirs
-        prev = pd.read_csv(bench_csv)
-        df = pd.concat([prev[~prev["eps"].astype(str).isin(df["eps"].astype(str))], df], ignore_index=True)
-    df = df.assign(_e=df["eps"].astype(str).map(parse_eps)).sort_values("_e").drop(columns="_e")
-    df.to_csv(bench_csv, index=False)
-    print(f"{model}: evaluate wall {t_conv:.0f} s (converge run) / {t_aa:.0f} s (autoattack run)")
-    return df
+    conv, aa = rbp.load_records(conv_dir), rbp.load_records(aa_dir)
+    c = conv[conv["benchmark"] == "converge"]
+    p = conv[conv["attack"] == "pgd"]
+    a = aa[aa["attack"] == "autoattack"]
+    cached = cell / "reference.csv"
+    ref = pd.read_csv(cached) if cached.is_file() else pd.DataFrame()
+    if len(ref) != limit:  # the reference is AutoAttack + extra attacks with fixed seeds: reused, not re-run
+        ref = reference(model, a, eps, limit, device)
+        ref["seconds"] = ref.attrs["seconds"]
+        ref.sort_values("sample_id", kind="stable").to_csv(cached, index=False)
+    s_conv = _unit_seconds(conv_dir, "converge", "converge", eps)
+    s_aa = _unit_seconds(aa_dir, "adversarial", "autoattack", eps)
+    row = pd.DataFrame([{
+        "model": model, "eps": e, "n": len(c), "device": _device_label(torch.device(device)),
+        "pgd20": 100 * p["correct_top1"].mean(), "converged": 100 * c["correct_top1"].astype(bool).mean(),
+        "status": condition_status(c), "autoattack": 100 * a["correct_top1"].mean(),
+        "reference": 100 * ref["reference_correct"].mean(),
+        "ladder_fwd": c["passes_forward"].mean(), "ladder_bwd": c["passes_backward"].mean(),
+        "aa_fwd": a["passes_forward"].fillna(0).mean(), "aa_bwd": a["passes_backward"].fillna(0).mean(),
+        "ref_extra_fwd": ref["extra_forward"].mean(), "ref_extra_bwd": ref["extra_backward"].mean(),
+        "ladder_seconds": s_conv, "aa_seconds": s_aa, "ref_extra_seconds": float(ref["seconds"].iloc[0]),
+        "wall_ratio": s_conv / s_aa if s_aa else float("nan"),
+        "rungs": ";".join(dict.fromkeys(c["converge_rungs"].astype(str)))}])
+    row.to_csv(cell / "bench.csv", index=False)
+    print(f"{model} {e}: evaluate wall {t_conv:.0f} s (converge run) / {t_aa:.0f} s (autoattack run)")
+    return row
 
 
 def _checks(r) -> str:
@@ -169,14 +171,16 @@ def _paired(out: Path, eps_list: List[str]) -> str:
     from robustbench_pid.results.stats.stats import mcnemar_exact
     from robustbench_pid.results.store import load_records
 
-    recs = {m: load_records(out / f"{m}-converge") for m in ("deit", "pid_deit")}
     lines = ["| eps | measure | n | softmax DeiT | PID DeiT | PID - softmax (pt) | only softmax / only PID robust | "
              "McNemar p |", "|---|---|---|---|---|---|---|---|"]
     for e in eps_list:
         eps = parse_eps(e)
+        if not all((cell_dir(out, m, e) / "bench.csv").is_file() for m in ("deit", "pid_deit")):
+            continue
         for label, col in (("PGD-20", "rung0_correct_top1"), ("converged", "correct_top1")):
             v = {}
-            for m, r in recs.items():
+            for m in ("deit", "pid_deit"):
+                r = load_records(cell_dir(out, m, e) / "converge")
                 c = r[(r["benchmark"] == "converge") & ((r["eps"] - eps).abs() < 1e-9)]
                 v[m] = c.set_index(c["sample_id"].astype(str))[col].astype(bool)
             shared = v["deit"].index.intersection(v["pid_deit"].index)
@@ -193,8 +197,11 @@ def _pgd_robust(out: Path):
     from robustbench_pid.results.report.indicators import sample_flags
     from robustbench_pid.results.store import load_records
 
-    for m in ("deit", "pid_deit"):
-        r = load_records(out / f"{m}-converge")
+    from robustbench_pid.core.labels import parse_eps
+
+    cells = [(*b.parent.name.split("@"), b.parent) for b in out.glob("*@*/bench.csv")]
+    for m, _, d in sorted(cells, key=lambda c: (c[0], parse_eps(c[1].replace("-", "/")))):
+        r = load_records(d / "converge")
         pgd = r[(r["benchmark"] == "adversarial") & (r["attack"] == "pgd")]
         conv = r[r["benchmark"] == "converge"]
         flags = sample_flags(pgd)
@@ -257,7 +264,7 @@ def _tau_sweep(out: Path) -> str:
 def render(out: Path) -> str:
     from robustbench_pid.core.labels import parse_eps
 
-    benches = [pd.read_csv(p) for p in sorted(out.glob("*-bench.csv"))]
+    benches = [pd.read_csv(p) for p in sorted(out.glob("*@*/bench.csv"))]
     bench = pd.concat(benches, ignore_index=True)
     bench = bench.assign(_e=bench["eps"].astype(str).map(parse_eps)).sort_values(["_e", "model"]).drop(columns="_e")
     eps_list = list(dict.fromkeys(bench["eps"].astype(str)))
@@ -266,14 +273,19 @@ def render(out: Path) -> str:
             if not ((bench["model"] == m) & (bench["eps"].astype(str) == f"{e}/255") & (bench["n"] == 360)).any()]
     missing = ("the whole 360 x 1..6/255 grid ran" if not grid else
                f"not yet run at 360 images (CPU time): {', '.join(grid)}; the script resumes and adds them")
+    cpu = "this project's CPU machine (2 cores)"
+    dev = bench["device"].fillna(cpu) if "device" in bench.columns else pd.Series([cpu] * len(bench))
+    where = " and ".join(
+        f"{d} ({', '.join(f'{m} {e}' for m, e in zip(bench['model'][dev == d], bench['eps'][dev == d]))})"
+        for d in dict.fromkeys(dev)) if dev.nunique() > 1 else dev.iloc[0]
     return "\n\n".join([
-        f"Measured on this project's CPU machine (2 cores), {' / '.join(map(str, n))} digits test images, "
+        f"Measured on {where}, {' / '.join(map(str, n))} digits test images, "
         f"eps {', '.join(eps_list)} ({missing}), by `python scripts/bench_converge.py --models MODEL --eps EPS "
-        f"--limit N`, one model per process. Robust top-1 (%); the reference is AutoAttack standard, then APGD-CE "
+        f"--limit N --device DEVICE`, one model per process. Robust top-1 (%); the reference is AutoAttack standard, then APGD-CE "
         f"(5 restarts x 250 iterations) and Square (10,000 queries) on the samples AutoAttack left robust. Passes: "
         f"mean per sample (forward images / backward images), the load-free measure of cost; wall: compute seconds "
-        f"of the ladder's and AutoAttack's work units in the same process, one after the other (indicative: the "
-        f"machine's other load is not controlled). Criteria: converged at or below AutoAttack, within 0.5 pt of the "
+        f"of the ladder's and AutoAttack's work units in the same process on the same device, one after the other "
+        f"(indicative: the machine's other load is not controlled). Criteria: converged at or below AutoAttack, within 0.5 pt of the "
         f"reference, status converged, ladder forward + backward passes per sample at most AutoAttack's.",
         _table(bench),
         "PID DeiT minus softmax DeiT on the same samples (McNemar's exact test on the discordant samples):",
@@ -311,6 +323,7 @@ def main(argv: List[str] = None) -> int:
     p.add_argument("--eps", default="4/255", help="comma-separated, e.g. 1/255,2/255,...,6/255")
     p.add_argument("--limit", type=int, default=360)
     p.add_argument("--out", type=Path, default=OUT)
+    p.add_argument("--device", default="auto", help="auto (a GPU when there is one), cpu, cuda, cuda:N")
     p.add_argument("--render", action="store_true", help="write the docs block from --out (no evaluation)")
     p.add_argument("--check", action="store_true", help="exit 1 if the docs block is not --render's output")
     args = p.parse_args(argv)
@@ -328,8 +341,9 @@ def main(argv: List[str] = None) -> int:
 
     torch.set_num_threads(1)
     for m in args.models:
-        df = measure(m, [e.strip() for e in args.eps.split(",") if e.strip()], args.limit, args.out)
-        print(df.drop(columns=["rungs"]).to_string(index=False))
+        for e in (e.strip() for e in args.eps.split(",") if e.strip()):
+            df = measure(m, e, args.limit, args.out, args.device)
+            print(df.drop(columns=["rungs"]).to_string(index=False))
     return 0
 
 

@@ -51,13 +51,14 @@ def _nan_ckpt(tmp_path: Path, arch_model: str, dataset: str = "digits") -> str:
     return str(path)
 
 
-@pytest.mark.parametrize("benchmark", ["corruptions", "rank-collapse", "restricted"])
-def test_nan_stops_every_benchmark(benchmark, tmp_path):
+# "which", not "benchmark": pytest-benchmark (installed on many GPU images) owns a fixture of that name
+@pytest.mark.parametrize("which", ["corruptions", "rank-collapse", "restricted"])
+def test_nan_stops_every_benchmark(which, tmp_path):
     from robustbench_pid.run.runner import run
     from robustbench_pid.specs import RunSpec
 
-    kw = dict(out=tmp_path / "run", quiet=True, benchmark=benchmark, limit=6, batch_size=6)
-    if benchmark == "restricted":
+    kw = dict(out=tmp_path / "run", quiet=True, benchmark=which, limit=6, batch_size=6)
+    if which == "restricted":
         from test_imagenet_datasets import tree
 
         from robustbench_pid.core.imagenet_info import subset_wnids
@@ -66,10 +67,10 @@ def test_nan_stops_every_benchmark(benchmark, tmp_path):
         spec = RunSpec(model="timm:test_vit", checkpoint=_nan_ckpt(tmp_path, "timm:test_vit"), dataset="imagenet-r",
                        data_root=str(tmp_path / "r"), **kw)
     else:
-        opts = {"corruptions": {"corruptions": ["fog"], "severities": [1]}} if benchmark == "corruptions" else {}
+        opts = {"corruptions": {"corruptions": ["fog"], "severities": [1]}} if which == "corruptions" else {}
         spec = RunSpec(model="deit", checkpoint=_nan_ckpt(tmp_path, "deit"), benchmark_options=opts, **kw)
     with pytest.raises(NonFiniteError, match=rf"model '.*' gave non-finite logits \(NaN\) for 6 of 6 samples "
-                                             rf"in the clean pass .* of {benchmark.replace('-', '.')}/"):
+                                             rf"in the clean pass .* of {which.replace('-', '.')}/"):
         run(spec)
     assert not (tmp_path / "run" / "summary.csv").exists()
 

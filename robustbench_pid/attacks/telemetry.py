@@ -110,9 +110,10 @@ class Counted(torch.nn.Module):
         self.n_forward = 0
         self.n_backward = 0
         self._orig = None if originals is None else originals.detach().flatten(1).float()
-        n = 0 if originals is None else len(originals)
-        self.per_forward = torch.zeros(n, dtype=torch.float64)
-        self.per_backward = torch.zeros(n, dtype=torch.float64)
+        n, dev = (0, None) if originals is None else (len(originals), originals.device)
+        # on the batch's device: counting must not make the attack wait for the host every call
+        self.per_forward = torch.zeros(n, dtype=torch.float64, device=dev)
+        self.per_backward = torch.zeros(n, dtype=torch.float64, device=dev)
 
     def owners(self, x: torch.Tensor) -> Optional[torch.Tensor]:
         """Index of the nearest original (L-inf) of each row of ``x``; None without originals or on a
@@ -122,7 +123,7 @@ class Counted(torch.nn.Module):
         with torch.no_grad():
             rows = x.detach().flatten(1).float()
             out = [torch.cdist(rows[i:i + 256], self._orig, p=float("inf")).argmin(1) for i in range(0, len(rows), 256)]
-        return torch.cat(out).cpu()
+        return torch.cat(out).to(self.per_forward.device)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         who = self.owners(x)
