@@ -295,6 +295,9 @@ class Block:
     runs: Sequence[str]
 
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from device_numbers import agreement_table, doctor_table  # noqa: E402  (docs/device_numbers.py)
+
 BLOCKS = [
     Block("docs/results.md", "results-commands", lambda: commands_block([f"deit-{k}" for k in RESULTS_RUNS]), []),
     Block("docs/results.md", "results-tables", results_tables,
@@ -319,6 +322,8 @@ BLOCKS = [
     Block("docs/attacks.md", "attacks-diagnostics", diagnostics_line, list(RUNS)),
     Block("docs/attacks.md", "attacks-eps-sweep", eps_sweep_table,
           [f"{m}-eps-sweep-{p}" for m in MODELS for p in ("standard", "paper")]),
+    Block("docs/devices.md", "devices-gpu-agreement", agreement_table, []),
+    Block("docs/performance.md", "performance-doctor-gpu", doctor_table, []),
 ]
 
 
