@@ -92,6 +92,12 @@ def _device_label(device) -> str:
     return device_name(device) if device.type == "cuda" else f"CPU ({os.cpu_count()} cores)"
 
 
+def _run_device(run_dir: Path) -> str:
+    """The device a finished run was made on: the GPU's name, or "CPU"."""
+    info = json.loads((run_dir / "run.json").read_text())
+    return info.get("device_name") or "cuda" if str(info.get("device", "cpu")).startswith("cuda") else "CPU"
+
+
 def cell_dir(out: Path, model: str, eps: str) -> Path:
     """One folder per (model, eps): its two run folders (a run folder holds one configuration), the reference
     and the bench row. Cells are independent, so they can run in parallel processes and on other machines."""
@@ -104,18 +110,17 @@ def measure(model: str, e: str, limit: int, out: Path, device: str = "cpu") -> p
 
     import robustbench_pid as rbp
     from robustbench_pid.core.labels import parse_eps
+    from robustbench_pid.results.files.verify import is_complete
     from robustbench_pid.results.summaries.converge import condition_status
     from robustbench_pid.runtime.device import pick_device
 
     device, eps, cell = str(pick_device(device)), parse_eps(e), cell_dir(out, model, e)
     conv_dir, aa_dir = cell / "converge", cell / "autoattack"
-    t = time.time()
-    rbp.evaluate(model=model, attack="pgd", steps=20, eps=[e], converge=True, limit=limit, out=conv_dir,
-                 device=device)
-    t_conv = time.time() - t
-    t = time.time()
-    rbp.evaluate(model=model, attack="autoattack", eps=[e], limit=limit, out=aa_dir, device=device)
-    t_aa = time.time() - t
+    for run_dir, kw in ((conv_dir, dict(attack="pgd", steps=20, converge=True)), (aa_dir, dict(attack="autoattack"))):
+        if not is_complete(run_dir):  # a finished run is reused as it is, from whichever device made it
+            t = time.time()
+            rbp.evaluate(model=model, eps=[e], limit=limit, out=run_dir, device=device, **kw)
+            print(f"{model} {e}: {run_dir.name} run, wall {time.time() - t:.0f} s")
     conv, aa = rbp.load_records(conv_dir), rbp.load_records(aa_dir)
     c = conv[conv["benchmark"] == "converge"]
     p = conv[conv["attack"] == "pgd"]
@@ -128,8 +133,14 @@ def measure(model: str, e: str, limit: int, out: Path, device: str = "cpu") -> p
         ref.sort_values("sample_id", kind="stable").to_csv(cached, index=False)
     s_conv = _unit_seconds(conv_dir, "converge", "converge", eps)
     s_aa = _unit_seconds(aa_dir, "adversarial", "autoattack", eps)
+    made_on = {d: _run_device(d) for d in (conv_dir, aa_dir)}
+    here = _device_label(torch.device(device))
+    if len({*made_on.values(), here.split(" (")[0]}) == 1:
+        where, ratio = here, (s_conv / s_aa if s_aa else float("nan"))
+    else:  # a ladder reused from another machine: its seconds are not comparable with AutoAttack's here
+        where, ratio = f"ladder: {made_on[conv_dir]}; AutoAttack: {made_on[aa_dir]}; reference: {here}", float("nan")
     row = pd.DataFrame([{
-        "model": model, "eps": e, "n": len(c), "device": _device_label(torch.device(device)),
+        "model": model, "eps": e, "n": len(c), "device": where,
         "pgd20": 100 * p["correct_top1"].mean(), "converged": 100 * c["correct_top1"].astype(bool).mean(),
         "status": condition_status(c), "autoattack": 100 * a["correct_top1"].mean(),
         "reference": 100 * ref["reference_correct"].mean(),
@@ -137,10 +148,9 @@ def measure(model: str, e: str, limit: int, out: Path, device: str = "cpu") -> p
         "aa_fwd": a["passes_forward"].fillna(0).mean(), "aa_bwd": a["passes_backward"].fillna(0).mean(),
         "ref_extra_fwd": ref["extra_forward"].mean(), "ref_extra_bwd": ref["extra_backward"].mean(),
         "ladder_seconds": s_conv, "aa_seconds": s_aa, "ref_extra_seconds": float(ref["seconds"].iloc[0]),
-        "wall_ratio": s_conv / s_aa if s_aa else float("nan"),
+        "wall_ratio": ratio,
         "rungs": ";".join(dict.fromkeys(c["converge_rungs"].astype(str)))}])
     row.to_csv(cell / "bench.csv", index=False)
-    print(f"{model} {e}: evaluate wall {t_conv:.0f} s (converge run) / {t_aa:.0f} s (autoattack run)")
     return row
 
 
@@ -153,6 +163,12 @@ def _checks(r) -> str:
     return ", ".join(f"{name} {'yes' if ok else 'NO'}" for name, ok in out)
 
 
+def _wall(r) -> str:
+    if pd.isna(r.wall_ratio):  # not side by side: the ladder was made on another device (the row's device says which)
+        return "- (two devices)"
+    return f"{r.ladder_seconds:.0f} s / {r.aa_seconds:.0f} s = {r.wall_ratio:.2f}"
+
+
 def _table(bench: pd.DataFrame) -> str:
     lines = ["| model | eps | n | PGD-20 | converged | status | AutoAttack | reference | ladder fwd / bwd per sample | "
              "AutoAttack fwd / bwd per sample | fwd+bwd ladder / AA | wall ladder / AA | criteria |",
@@ -161,7 +177,7 @@ def _table(bench: pd.DataFrame) -> str:
         lines.append(f"| {r.model} | {r.eps} | {r.n} | {r.pgd20:.2f} | {r.converged:.2f} | {r.status} | "
                      f"{r.autoattack:.2f} | {r.reference:.2f} | {r.ladder_fwd:.0f} / {r.ladder_bwd:.0f} | "
                      f"{r.aa_fwd:.0f} / {r.aa_bwd:.0f} | {(r.ladder_fwd + r.ladder_bwd) / (r.aa_fwd + r.aa_bwd):.2f} | "
-                     f"{r.ladder_seconds:.0f} s / {r.aa_seconds:.0f} s = {r.wall_ratio:.2f} | {_checks(r)} |")
+                     f"{_wall(r)} | {_checks(r)} |")
     return "\n".join(lines)
 
 
@@ -285,7 +301,8 @@ def render(out: Path) -> str:
         f"(5 restarts x 250 iterations) and Square (10,000 queries) on the samples AutoAttack left robust. Passes: "
         f"mean per sample (forward images / backward images), the load-free measure of cost; wall: compute seconds "
         f"of the ladder's and AutoAttack's work units in the same process on the same device, one after the other "
-        f"(indicative: the machine's other load is not controlled). Criteria: converged at or below AutoAttack, within 0.5 pt of the "
+        f"(indicative: the machine's other load is not controlled; '-' where the ladder run was made on another device "
+        f"and reused, so the two were not timed side by side). Criteria: converged at or below AutoAttack, within 0.5 pt of the "
         f"reference, status converged, ladder forward + backward passes per sample at most AutoAttack's.",
         _table(bench),
         "PID DeiT minus softmax DeiT on the same samples (McNemar's exact test on the discordant samples):",
