@@ -413,7 +413,8 @@ SLICES = [  # (reference run, evaluate arguments of a 40-image slice of it: the 
 def test_a_slice_of_the_reference_runs_reproduces_record_for_record(name: str, argv: List[str],
                                                                     tmp_path: Path) -> None:
     """The first 40 images of a reference run are one work unit (--chunk-size 40): a fresh 40-image
-    run of the same condition draws the same seed and must give the same records. A change to the
+    run of the same condition draws the same seed and must give the same records (the verdicts exactly, the
+    perturbation norms up to float rounding). A change to the
     RNG, the scheduling or an attack that moves any documented number fails here. On the CPU whatever the
     machine has: the reference runs were made there, and a GPU differs by rounding (docs/devices.md)."""
     assert evaluate_main([*argv, "--limit", "40", "--chunk-size", "40", "--device", "cpu", "--quiet",
@@ -426,7 +427,10 @@ def test_a_slice_of_the_reference_runs_reproduces_record_for_record(name: str, a
     both = fresh[key + cols].merge(ref[key + cols], on=key, suffixes=("", "_ref"))
     assert len(both) == len(fresh) == 40 * fresh["eps"].nunique()
     for c in cols:
-        assert (both[c] == both[f"{c}_ref"]).all(), (name, c)
+        if c.startswith("pert_"):  # a float sum: another CPU family (AVX-512 or not) adds in another order
+            assert (both[c] - both[f"{c}_ref"]).abs().max() <= 1e-5, (name, c)
+        else:
+            assert (both[c] == both[f"{c}_ref"]).all(), (name, c)
 
 
 def test_the_shipped_checkpoints_clean_accuracy_is_the_reference_runs_and_the_docs() -> None:
