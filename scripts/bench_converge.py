@@ -138,7 +138,10 @@ def measure(model: str, e: str, limit: int, out: Path, device: str = "cpu") -> p
     if len({*made_on.values(), here.split(" (")[0]}) == 1:
         where, ratio = here, (s_conv / s_aa if s_aa else float("nan"))
     else:  # a ladder reused from another machine: its seconds are not comparable with AutoAttack's here
-        where, ratio = f"ladder: {made_on[conv_dir]}; AutoAttack: {made_on[aa_dir]}; reference: {here}", float("nan")
+        aa_here = made_on[aa_dir] == here.split(" (")[0]
+        where = (f"ladder on {made_on[conv_dir]}, " + (f"AutoAttack and reference on {here}" if aa_here else
+                                                      f"AutoAttack on {made_on[aa_dir]}, reference on {here}"))
+        ratio = float("nan")
     row = pd.DataFrame([{
         "model": model, "eps": e, "n": len(c), "device": where,
         "pgd20": 100 * p["correct_top1"].mean(), "converged": 100 * c["correct_top1"].astype(bool).mean(),
@@ -291,11 +294,11 @@ def render(out: Path) -> str:
                f"not yet run at 360 images (CPU time): {', '.join(grid)}; the script resumes and adds them")
     cpu = "this project's CPU machine (2 cores)"
     dev = bench["device"].fillna(cpu) if "device" in bench.columns else pd.Series([cpu] * len(bench))
-    where = " and ".join(
-        f"{d} ({', '.join(f'{m} {e}' for m, e in zip(bench['model'][dev == d], bench['eps'][dev == d]))})"
+    where = "; ".join(
+        f"{d} for {', '.join(f'{m} {e}' for m, e in zip(bench['model'][dev == d], bench['eps'][dev == d]))}"
         for d in dict.fromkeys(dev)) if dev.nunique() > 1 else dev.iloc[0]
     return "\n\n".join([
-        f"Measured on {where}, {' / '.join(map(str, n))} digits test images, "
+        f"Measured on {where}; {' / '.join(map(str, n))} digits test images, "
         f"eps {', '.join(eps_list)} ({missing}), by `python scripts/bench_converge.py --models MODEL --eps EPS "
         f"--limit N --device DEVICE`, one model per process. Robust top-1 (%); the reference is AutoAttack standard, then APGD-CE "
         f"(5 restarts x 250 iterations) and Square (10,000 queries) on the samples AutoAttack left robust. Passes: "
