@@ -291,7 +291,7 @@ def render(out: Path) -> str:
     grid = [f"{m} {e}/255" for m in ("deit", "pid_deit") for e in range(1, 7)
             if not ((bench["model"] == m) & (bench["eps"].astype(str) == f"{e}/255") & (bench["n"] == 360)).any()]
     missing = ("the whole 360 x 1..6/255 grid ran" if not grid else
-               f"not yet run at 360 images (CPU time): {', '.join(grid)}; the script resumes and adds them")
+               f"not yet run at 360 images: {', '.join(grid)}; the script resumes and adds them")
     cpu = "this project's CPU machine (2 cores)"
     dev = bench["device"].fillna(cpu) if "device" in bench.columns else pd.Series([cpu] * len(bench))
     where = "; ".join(
