@@ -77,9 +77,9 @@ def agreement(run: Path, cpu: Path) -> List[Dict]:
 
 def agreement_table() -> str:
     """docs/devices.md: each device run beside its CPU reference run."""
-    lines = []
+    lines, every = [], list(device_runs())
     for session in sorted(p for p in DEVICE_RUNS.iterdir() if p.is_dir()):
-        runs = [(r, c) for r, c in device_runs() if session in r.parents]
+        runs = [(r, c) for r, c in every if session in r.parents]
         if not runs:
             continue
         info = json.loads((runs[0][0] / "run.json").read_text())

@@ -95,7 +95,7 @@ def _device_label(device) -> str:
 def _run_device(run_dir: Path) -> str:
     """The device a finished run was made on: the GPU's name, or "CPU"."""
     info = json.loads((run_dir / "run.json").read_text())
-    return info.get("device_name") or "cuda" if str(info.get("device", "cpu")).startswith("cuda") else "CPU"
+    return (info.get("device_name") or "cuda") if str(info.get("device", "cpu")).startswith("cuda") else "CPU"
 
 
 def cell_dir(out: Path, model: str, eps: str) -> Path:
