@@ -104,8 +104,10 @@ def cell_dir(out: Path, model: str, eps: str) -> Path:
     return out / f"{model}@{eps.replace('/', '-')}"
 
 
-def measure(model: str, e: str, limit: int, out: Path, device: str = "cpu") -> pd.DataFrame:
-    """One cell: the ladder, then AutoAttack, then the reference, timed side by side in this process."""
+def measure(model: str, e: str, limit: int, out: Path, device: str = "cpu", chunk_size: int = 0) -> pd.DataFrame:
+    """One cell: the ladder, then AutoAttack, then the reference, timed side by side in this process.
+    ``chunk_size`` (0: the run's default, 512) cuts a new run into work units of that many samples, so a
+    run killed part-way keeps its finished units (a finished run is reused whatever its chunking)."""
     import torch
 
     import robustbench_pid as rbp
@@ -119,7 +121,8 @@ def measure(model: str, e: str, limit: int, out: Path, device: str = "cpu") -> p
     for run_dir, kw in ((conv_dir, dict(attack="pgd", steps=20, converge=True)), (aa_dir, dict(attack="autoattack"))):
         if not is_complete(run_dir):  # a finished run is reused as it is, from whichever device made it
             t = time.time()
-            rbp.evaluate(model=model, eps=[e], limit=limit, out=run_dir, device=device, **kw)
+            sizes = {"chunk_size": chunk_size} if chunk_size else {}
+            rbp.evaluate(model=model, eps=[e], limit=limit, out=run_dir, device=device, **sizes, **kw)
             print(f"{model} {e}: {run_dir.name} run, wall {time.time() - t:.0f} s")
     conv, aa = rbp.load_records(conv_dir), rbp.load_records(aa_dir)
     c = conv[conv["benchmark"] == "converge"]
@@ -344,6 +347,9 @@ def main(argv: List[str] = None) -> int:
     p.add_argument("--limit", type=int, default=360)
     p.add_argument("--out", type=Path, default=OUT)
     p.add_argument("--device", default="auto", help="auto (a GPU when there is one), cpu, cuda, cuda:N")
+    p.add_argument("--chunk-size", type=int, default=0,
+                   help="samples per work unit of a run not yet made (0: the default, 512); smaller units "
+                        "survive a killed run on a slow machine")
     p.add_argument("--render", action="store_true", help="write the docs block from --out (no evaluation)")
     p.add_argument("--check", action="store_true", help="exit 1 if the docs block is not --render's output")
     args = p.parse_args(argv)
@@ -362,7 +368,7 @@ def main(argv: List[str] = None) -> int:
     torch.set_num_threads(1)
     for m in args.models:
         for e in (e.strip() for e in args.eps.split(",") if e.strip()):
-            df = measure(m, e, args.limit, args.out, args.device)
+            df = measure(m, e, args.limit, args.out, args.device, args.chunk_size)
             print(df.drop(columns=["rungs"]).to_string(index=False))
     return 0
 

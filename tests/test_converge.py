@@ -322,3 +322,21 @@ def test_the_converge_docs_block_is_the_rendering_of_the_committed_bench_runs(tm
     assert bench.main(["--check"]) == 1
     # every bench row's criteria are stated, and the table says which of the 360 x 1..6/255 cells ran
     assert "criteria" in body and "<= AA" in body and ("grid ran" in body or "not yet run" in body)
+
+
+def test_bench_cell_chunk_size_cuts_new_runs_into_units_and_reuses_finished_ones(tmp_path):
+    """--chunk-size: a cell's new runs are cut into units of that many samples (a killed run keeps the finished
+    ones); a finished run is reused as it is, whatever chunk size a later call names."""
+    import json
+
+    bench = _bench()
+    row = bench.measure("deit", "32/255", 6, tmp_path, "cpu", chunk_size=3)
+    cell = bench.cell_dir(tmp_path, "deit", "32/255")
+    for run in ("converge", "autoattack"):
+        plan = json.loads((cell / run / "plan.json").read_text())
+        assert plan["n_units"] > 1 and {u["stop"] - u["start"] for u in plan["units"]} == {3}
+    assert int(row["n"].iloc[0]) == 6
+    before = {p: p.stat().st_mtime_ns for p in cell.rglob("records.parquet")}
+    again = bench.measure("deit", "32/255", 6, tmp_path, "cpu", chunk_size=5)
+    assert {p: p.stat().st_mtime_ns for p in cell.rglob("records.parquet")} == before
+    assert float(again["converged"].iloc[0]) == float(row["converged"].iloc[0])
