@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -48,13 +49,17 @@ def _unit_seconds(run: Path, benchmark: str, attack: str, eps: float) -> float:
     return total
 
 
-def reference(model_name: str, aa: pd.DataFrame, eps: float, limit: int, device: str = "cpu") -> pd.DataFrame:
+def reference(model_name: str, aa: pd.DataFrame, eps: float, limit: int, device: str = "cpu",
+              block: int = 0, parts: Path = None) -> pd.DataFrame:
     """AutoAttack's verdicts, then the reference's extra attacks on the samples it left robust, on ``device``
-    (the generator stays on the CPU, as in a run: the draws do not depend on the device)."""
+    (the generator stays on the CPU, as in a run: the draws do not depend on the device).
+
+    ``block`` > 0 attacks those samples in blocks of that many (block b seeded with b), each written to
+    ``parts`` when done, so a killed reference resumes at its first unfinished block; 0 attacks them all
+    at once, seeded with 0 (the cells made before blocks existed)."""
     import torch
 
     import robustbench_pid as rbp
-    from robustbench_pid.attacks import make_attack
 
     model = rbp.load_model(model_name).to(device)
     ds = rbp.load_dataset("digits", split="test")
@@ -63,10 +68,38 @@ def reference(model_name: str, aa: pd.DataFrame, eps: float, limit: int, device:
     idx = [i for i, s in enumerate(ids) if robust[s]]
     out = pd.DataFrame({"sample_id": ids, "eps": eps, "aa_correct": robust.values, "reference_correct": robust.values,
                         "extra_forward": 0.0, "extra_backward": 0.0})
-    gen = torch.Generator().manual_seed(0)
-    t0 = time.time()
+    blocks = [idx[k:k + block] for k in range(0, len(idx), block)] if block > 0 else [idx]
+    seconds = 0.0
+    for b, members in enumerate(blocks):
+        part = parts / f"block-{b}-of-{len(blocks)}.csv" if parts is not None else None
+        if part is not None and part.is_file():
+            done = pd.read_csv(part, dtype={"sample_id": str})
+            if done["sample_id"].tolist() != [ids[i] for i in members]:
+                raise SystemExit(f"{part} holds other samples than its block: delete {parts} and re-run")
+            for col in ("reference_correct", "extra_forward", "extra_backward"):
+                out.loc[members, col] = done[col].to_numpy(dtype=out[col].dtype)
+            seconds += float(done["seconds"].iloc[0])
+            continue
+        t0 = time.time()
+        _attack_block(model, ds, out, members, eps, device, torch.Generator().manual_seed(b))
+        seconds += time.time() - t0
+        if part is not None:
+            part.parent.mkdir(parents=True, exist_ok=True)
+            done = out.loc[members, ["sample_id", "reference_correct", "extra_forward", "extra_backward"]]
+            done.assign(seconds=time.time() - t0).to_csv(part.with_suffix(".tmp"), index=False)
+            part.with_suffix(".tmp").replace(part)
+    out.attrs["seconds"] = seconds
+    return out
+
+
+def _attack_block(model, ds, out: pd.DataFrame, members: List[int], eps: float, device: str, gen) -> None:
+    """The reference's extra attacks, in order, each on the block's samples still robust."""
+    import torch
+
+    from robustbench_pid.attacks import make_attack
+
     for name, params in REFERENCE.items():
-        left = [i for i in idx if out.loc[i, "reference_correct"]]
+        left = [i for i in members if out.loc[i, "reference_correct"]]
         if not left:
             continue
         x = torch.stack([ds[i][0] for i in left]).to(device)
@@ -82,8 +115,6 @@ def reference(model_name: str, aa: pd.DataFrame, eps: float, limit: int, device:
             out.loc[i, "reference_correct"] = bool(ok[j])
             out.loc[i, "extra_forward"] += float(tel.forward[j]) + 1
             out.loc[i, "extra_backward"] += float(tel.backward[j])
-    out.attrs["seconds"] = time.time() - t0
-    return out
 
 
 def _device_label(device) -> str:
@@ -106,8 +137,9 @@ def cell_dir(out: Path, model: str, eps: str) -> Path:
 
 def measure(model: str, e: str, limit: int, out: Path, device: str = "cpu", chunk_size: int = 0) -> pd.DataFrame:
     """One cell: the ladder, then AutoAttack, then the reference, timed side by side in this process.
-    ``chunk_size`` (0: the run's default, 512) cuts a new run into work units of that many samples, so a
-    run killed part-way keeps its finished units (a finished run is reused whatever its chunking)."""
+    ``chunk_size`` (0: the run's default, 512) cuts a new run into work units of that many samples, and the
+    reference into blocks of that many, so a run killed part-way keeps what it finished (a finished run or
+    reference is reused whatever its chunking)."""
     import torch
 
     import robustbench_pid as rbp
@@ -131,9 +163,10 @@ def measure(model: str, e: str, limit: int, out: Path, device: str = "cpu", chun
     cached = cell / "reference.csv"
     ref = pd.read_csv(cached) if cached.is_file() else pd.DataFrame()
     if len(ref) != limit:  # the reference is AutoAttack + extra attacks with fixed seeds: reused, not re-run
-        ref = reference(model, a, eps, limit, device)
+        ref = reference(model, a, eps, limit, device, block=chunk_size, parts=cell / "reference-parts")
         ref["seconds"] = ref.attrs["seconds"]
         ref.sort_values("sample_id", kind="stable").to_csv(cached, index=False)
+        shutil.rmtree(cell / "reference-parts", ignore_errors=True)
     s_conv = _unit_seconds(conv_dir, "converge", "converge", eps)
     s_aa = _unit_seconds(aa_dir, "adversarial", "autoattack", eps)
     made_on = {d: _run_device(d) for d in (conv_dir, aa_dir)}

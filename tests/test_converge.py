@@ -340,3 +340,28 @@ def test_bench_cell_chunk_size_cuts_new_runs_into_units_and_reuses_finished_ones
     again = bench.measure("deit", "32/255", 6, tmp_path, "cpu", chunk_size=5)
     assert {p: p.stat().st_mtime_ns for p in cell.rglob("records.parquet")} == before
     assert float(again["converged"].iloc[0]) == float(row["converged"].iloc[0])
+
+
+def test_bench_reference_in_blocks_resumes_at_its_first_unfinished_block(tmp_path, monkeypatch):
+    """The reference ensemble cut into blocks writes each finished block; a re-run loads those and attacks only
+    the missing ones, with the same per-block seeds, so the result equals an uninterrupted run."""
+    bench = _bench()
+    monkeypatch.setattr(bench, "REFERENCE", {"apgd_strong": {"steps": 5, "restarts": 1, "loss": "ce"},
+                                             "square": {"n_queries": 10}})
+    ids = [str(s) for s in rbp.load_dataset("digits", split="test").sample_ids[:5]]
+    aa = pd.DataFrame({"sample_id": ids, "correct_top1": [True, True, False, True, True]})
+    parts = tmp_path / "parts"
+    whole = bench.reference("deit", aa, 8 / 255, 5, "cpu", block=2, parts=parts)
+    assert sorted(p.name for p in parts.iterdir()) == ["block-0-of-2.csv", "block-1-of-2.csv"]
+    assert whole.loc[2, "extra_forward"] == 0 and (whole.loc[[0, 1, 3, 4], "extra_forward"] > 0).all()
+    (parts / "block-1-of-2.csv").unlink()
+    attacked = []
+    real = bench._attack_block
+    monkeypatch.setattr(bench, "_attack_block", lambda m, ds, out, members, *a: (attacked.append(members),
+                                                                                 real(m, ds, out, members, *a)))
+    resumed = bench.reference("deit", aa, 8 / 255, 5, "cpu", block=2, parts=parts)
+    assert attacked == [[3, 4]]
+    pd.testing.assert_frame_equal(resumed, whole)
+    (parts / "block-0-of-2.csv").write_text((parts / "block-0-of-2.csv").read_text().replace(ids[0], ids[2]))
+    with pytest.raises(SystemExit, match="other samples than its block"):
+        bench.reference("deit", aa, 8 / 255, 5, "cpu", block=2, parts=parts)
