@@ -15,6 +15,7 @@ with McNemar's exact test on the shared samples, and each indicator's precision 
 later rung of the ladder broke this sample".
 
     python scripts/bench_converge.py --models deit pid_deit --eps 4/255 --limit 48   # measure
+    python scripts/bench_converge.py --models deit --eps 1/255 --chunk-size 120       # resumable in pieces
     python scripts/bench_converge.py --render                                         # the docs block
     python scripts/bench_converge.py --check                                          # exit 1 if the block is stale
 """
@@ -164,7 +165,7 @@ def measure(model: str, e: str, limit: int, out: Path, device: str = "cpu", chun
     ref = pd.read_csv(cached) if cached.is_file() else pd.DataFrame()
     if len(ref) != limit:  # the reference is AutoAttack + extra attacks with fixed seeds: reused, not re-run
         ref = reference(model, a, eps, limit, device, block=chunk_size, parts=cell / "reference-parts")
-        ref["seconds"] = ref.attrs["seconds"]
+        ref["seconds"], ref["block"] = ref.attrs["seconds"], chunk_size
         ref.sort_values("sample_id", kind="stable").to_csv(cached, index=False)
         shutil.rmtree(cell / "reference-parts", ignore_errors=True)
     s_conv = _unit_seconds(conv_dir, "converge", "converge", eps)
@@ -188,6 +189,9 @@ def measure(model: str, e: str, limit: int, out: Path, device: str = "cpu", chun
         "ref_extra_fwd": ref["extra_forward"].mean(), "ref_extra_bwd": ref["extra_backward"].mean(),
         "ladder_seconds": s_conv, "aa_seconds": s_aa, "ref_extra_seconds": float(ref["seconds"].iloc[0]),
         "wall_ratio": ratio,
+        "ladder_chunk": int(json.loads((conv_dir / "run.json").read_text()).get("chunk_size", 512)),
+        "aa_chunk": int(json.loads((aa_dir / "run.json").read_text()).get("chunk_size", 512)),
+        "ref_block": int(ref["block"].iloc[0]) if "block" in ref.columns else 0,
         "rungs": ";".join(dict.fromkeys(c["converge_rungs"].astype(str)))}])
     row.to_csv(cell / "bench.csv", index=False)
     return row
@@ -343,6 +347,7 @@ def render(out: Path) -> str:
         f"(indicative: the machine's other load is not controlled; '-' where the ladder run was made on another device "
         f"and reused, so the two were not timed side by side). Criteria: converged at or below AutoAttack, within 0.5 pt of the "
         f"reference, status converged, ladder forward + backward passes per sample at most AutoAttack's.",
+        *_chunking(bench),
         _table(bench),
         "PID DeiT minus softmax DeiT on the same samples (McNemar's exact test on the discordant samples):",
         _paired(out, eps_list),
@@ -352,6 +357,24 @@ def render(out: Path) -> str:
         "Incomplete optimisation at other thresholds (precision / recall for \"a later rung broke it\"; the base "
         "rate is the precision of a flag that carries no information):",
         _tau_sweep(out)])
+
+
+def _chunking(bench: pd.DataFrame) -> List[str]:
+    """A sentence naming the cells whose ladder or AutoAttack ran in several work units or whose reference
+    ran in blocks (``--chunk-size``): their random draws were made per unit or block, not once for all."""
+    b = bench.reindex(columns=[*bench.columns, *{"ladder_chunk", "aa_chunk", "ref_block"} - set(bench.columns)])
+    b = b.fillna({"ladder_chunk": 512, "aa_chunk": 512, "ref_block": 0})
+    cells = []
+    for r in b.itertuples():
+        cut = [f"{what} in units of {int(size)}" for what, size in (("the ladder", r.ladder_chunk),
+                                                                    ("AutoAttack", r.aa_chunk)) if size < r.n]
+        cut += [f"the reference in blocks of {int(r.ref_block)}"] if r.ref_block > 0 else []
+        if cut:
+            cells.append(f"{r.model} {r.eps}: {', '.join(cut)}")
+    if not cells:
+        return []
+    return ["Cut into work units (`--chunk-size`, so that a killed run keeps what it finished; each unit or "
+            "block draws its own random starts): " + "; ".join(cells) + ". The other runs each ran in one unit."]
 
 
 def check_doc(out: Path) -> bool:

@@ -335,7 +335,11 @@ def test_bench_cell_chunk_size_cuts_new_runs_into_units_and_reuses_finished_ones
     for run in ("converge", "autoattack"):
         plan = json.loads((cell / run / "plan.json").read_text())
         assert plan["n_units"] > 1 and {u["stop"] - u["start"] for u in plan["units"]} == {3}
-    assert int(row["n"].iloc[0]) == 6
+    assert int(row["n"].iloc[0]) == 6 and row[["ladder_chunk", "aa_chunk", "ref_block"]].iloc[0].tolist() == [3, 3, 3]
+    assert bench._chunking(row) == [
+        "Cut into work units (`--chunk-size`, so that a killed run keeps what it finished; each unit or block draws "
+        "its own random starts): deit 32/255: the ladder in units of 3, AutoAttack in units of 3, the reference in "
+        "blocks of 3. The other runs each ran in one unit."]
     before = {p: p.stat().st_mtime_ns for p in cell.rglob("records.parquet")}
     again = bench.measure("deit", "32/255", 6, tmp_path, "cpu", chunk_size=5)
     assert {p: p.stat().st_mtime_ns for p in cell.rglob("records.parquet")} == before
