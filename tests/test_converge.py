@@ -255,7 +255,11 @@ def test_check_fails_on_a_lower_converged_value_or_a_status_change(plain_run, tm
     b = pd.read_csv(base)
     conv = (b["attack"] == "converge") & (b["metric"] == "top1")
     assert conv.sum() == 1 and b.loc[conv, "status"].iloc[0] == CONVERGED
-    assert "rung_top1" not in set(b["metric"])  # the curve is shown, its end is gated
+    # the curve, the ladder's cost and the gap are evidence, shown but not gated: a cheaper ladder is no regression
+    assert not {"rung_top1", "converge_gap", "converge_passes_forward", "converge_passes_backward"} & set(b["metric"])
+    old = pd.concat([b, b[conv].assign(metric="converge_passes_forward", value=1e6)])  # made before they were not gated
+    old.to_csv(base, index=False)
+    assert check(run_dir, base).ok
     up = b.copy()
     up.loc[conv, "value"] += 10.0  # the baseline's converged value was higher: now a regression
     up.to_csv(base, index=False)
@@ -278,7 +282,12 @@ def test_terminal_table_plot_and_report_section(plain_run, tmp_path):
     text = format_converge(df)
     row = converged_row(df)
     assert f"converged robust top-1 {row['value']:.2f}%" in text and "status: converged:" in text
-    assert "your attack" in text and "APGD-T" in text
+    assert "your attack" in text and "APGD-T" in text and "above the converged one" in text
+    bound = df.copy()
+    bound.loc[bound["benchmark"] == "converge", "status"] = NOT_CONVERGED
+    text = format_converge(bound)  # a ladder that did not converge is not called converged anywhere
+    assert f"robust top-1, an upper bound (not converged): {row['value']:.2f}%" in text
+    assert "converged robust" not in text and "above the ladder's" in text
     figs, _ = figures(df.attrs["run_dir"])
     ax = figs["convergence"].axes[0]
     ys = ax.lines[0].get_ydata()
@@ -369,3 +378,57 @@ def test_bench_reference_in_blocks_resumes_at_its_first_unfinished_block(tmp_pat
     (parts / "block-0-of-2.csv").write_text((parts / "block-0-of-2.csv").read_text().replace(ids[0], ids[2]))
     with pytest.raises(SystemExit, match="other samples than its block"):
         bench.reference("deit", aa, 8 / 255, 5, "cpu", block=2, parts=parts)
+
+
+def test_study_converged_cell_that_did_not_converge_reads_as_an_upper_bound(tmp_path):
+    """A study's converged column shows the ladder's value; where its status is not "converged" the cell says it
+    is an upper bound and a note names the row and the status."""
+    import shutil
+
+    from robustbench_pid.studies.table import render_markdown, study_cells
+
+    src = Path(__file__).resolve().parents[1] / "docs" / "runs" / "claims-digits"
+    out = tmp_path / "study"
+    out.mkdir()
+    shutil.copy(src / "study.toml", out / "study.toml")
+    shutil.copytree(src / "deit@DeiT", out / "deit@DeiT")
+    study, cells, notes = study_cells(out)
+    conv = [c for c in cells if c.protocol == "converged, standard" and c.value is not None]
+    assert {c.row for c in conv} == {f"pgd-{e}" for e in range(1, 7)} and {c.status for c in conv} == {CONVERGED}
+    assert "upper bound" not in render_markdown(study, cells, notes)
+    summary = out / "deit@DeiT" / "converged" / "pgd-4" / "summary.csv"
+    s = pd.read_csv(summary)
+    s.loc[s["benchmark"] == "converge", "status"] = "not converged"
+    s.to_csv(summary, index=False)
+    study, cells, notes = study_cells(out)
+    cell = next(c for c in cells if c.protocol == "converged, standard" and c.row == "pgd-4" and c.metric == "top1")
+    assert cell.status == "not converged"
+    text = render_markdown(study, cells, notes)
+    assert text.count("(upper bound: not converged)") == 1
+    assert any("row 'pgd-4'" in n and "'not converged'" in n and "upper bound" in n for n in notes)
+
+
+def test_overestimate_warning_points_to_the_ladder_only_where_it_converged():
+    """The default output's one-line warning: without a ladder it points to --converge; with one it says to report
+    the converged values only where the ladder converged at that eps, and calls the rest upper bounds."""
+    from robustbench_pid.results.report.evidence_text import overestimate_note
+
+    def rows(*extra):
+        base = [{"model": "m", "benchmark": "adversarial", "attack": "pgd", "eps": 4 / 255, "norm": "linf",
+                 "metric": "incomplete_optimization", "value": 20.0, "setting": "PGD-20"}]
+        return pd.DataFrame(base + [dict(r) for r in extra])
+
+    ladder = {"model": "m", "benchmark": "converge", "attack": "converge", "eps": 4 / 255, "norm": "linf",
+              "metric": "top1", "value": 10.0, "status": CONVERGED}
+    assert overestimate_note(rows()).endswith("run again with --converge for a converged value (L-inf attacks; "
+                                              "docs/attacks.md)")
+    assert overestimate_note(rows(ladder)).endswith("the converged values above are the ones to report")
+    note = overestimate_note(rows({**ladder, "status": NOT_CONVERGED}))
+    assert "did not converge for 1 of them (not converged)" in note and "upper bounds too" in note
+    assert "ones to report" not in note
+    l2 = {"model": "m", "benchmark": "adversarial", "attack": "pgd_l2", "eps": 4 / 255, "norm": "l2",
+          "metric": "incomplete_optimization", "value": 5.0, "setting": "PGD-L2"}
+    note = overestimate_note(rows(ladder, l2))
+    assert "in 2 condition(s)" in note and "1 of them have no converged value" in note
+    assert overestimate_note(rows({**ladder, "eps": 2 / 255})).endswith("for a converged value (L-inf attacks; "
+                                                                        "docs/attacks.md)")

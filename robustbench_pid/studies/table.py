@@ -20,6 +20,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import pandas as pd
 
 from ..results.files.verify import is_complete
+from ..results.summaries.converge import CONVERGED
 from .spec import CONVERGED_DIR, METRICS, Row, Study, attack_settings, parse_study
 
 STUDY_FILE = "study.toml"
@@ -44,6 +45,7 @@ class Cell:
     ci_low: Optional[float]
     ci_high: Optional[float]
     n: Optional[int]
+    status: str = ""  # the ladder's status for a converged cell: anything but "converged" is an upper bound
 
     @property
     def diff(self) -> Optional[float]:
@@ -152,12 +154,17 @@ def study_cells(out: Path) -> Tuple[Study, List[Cell], List[str]]:
                         line = with_bootstrap_interval(line, run_dir)
                     paper = (r.published or {}).get(e["column"], {}).get(m)
                     n = _num(line["n"]) if line is not None else None
+                    status = str(line.get("status", "") or "") if converged and line is not None else ""
+                    if status and status != CONVERGED:
+                        notes.append(f"{e['model']} as {e['column']!r}: row {r.name!r}: the ladder's status is "
+                                     f"{status!r} ({line.get('status_detail', '')}), so its converged-column value "
+                                     f"is only an upper bound")
                     cells.append(Cell(r.name, r.label, m, e["column"], e["model"],
                                       "converged, standard" if converged else proto, paper,
                                       _num(line["value"]) if line is not None else None,
                                       _num(line["ci_low"]) if line is not None else None,
                                       _num(line["ci_high"]) if line is not None else None,
-                                      int(n) if n is not None else None))
+                                      int(n) if n is not None else None, status))
     return study, cells, notes
 
 
@@ -173,7 +180,8 @@ def _run_text(c: Cell) -> str:
     if c.value is None:
         return "—"
     ci = f" [{_f(c.ci_low)}, {_f(c.ci_high)}]" if c.ci_low is not None and c.ci_high is not None else ""
-    return f"{_f(c.value)}{ci} n={c.n}" if c.n is not None else f"{_f(c.value)}{ci}"
+    bound = " (upper bound: not converged)" if c.status and c.status != CONVERGED else ""
+    return (f"{_f(c.value)}{ci} n={c.n}" if c.n is not None else f"{_f(c.value)}{ci}") + bound
 
 
 def _groups(cells: List[Cell]) -> List[Tuple[str, str, str]]:

@@ -89,7 +89,32 @@ def overestimate_note(summary: pd.DataFrame) -> str:
     names = {"incomplete_optimization": "incomplete optimisation", "unavailable_gradients": "unavailable gradients"}
     what = (f"{names[str(worst['metric'])]} flags up to {float(worst['value']):.1f}% of the attacked samples "
             f"({worst.get('setting', worst['attack'])} @ {eps_text(float(worst['eps']), norm)})")
-    done = (bench == "converge").any()
-    then = ("the converged values above are the ones to report" if done else
-            "run again with --converge for a converged value (docs/attacks.md)")
+    then = _converged_then(summary[(bench == "converge") & (summary["metric"] == "top1")], rows)
     return f"warning: the robust accuracy may be an overestimate in {len(rows)} condition(s): {what}; {then}"
+
+
+def _converged_then(conv: pd.DataFrame, flagged: pd.DataFrame) -> str:
+    """What to report instead of the flagged numbers: the ladder's value where it converged at that model and eps
+    (an L-inf condition), and otherwise say that the number is still an upper bound or that no ladder ran."""
+    status = "status" in conv.columns
+    done, bound, missing = 0, [], 0
+    for _, r in flagged.iterrows():
+        same = conv[(pd.to_numeric(conv["eps"]) - float(r["eps"])).abs() < 1e-9]
+        if "model" in conv.columns and "model" in flagged.columns:
+            same = same[same["model"].astype(str) == str(r["model"])]
+        if str(r.get("norm", "") or "linf") != "linf" or same.empty:
+            missing += 1
+        elif status and str(same["status"].iloc[0]) != "converged":
+            bound.append(str(same["status"].iloc[0]))
+        else:
+            done += 1
+    if not bound and not missing:
+        return "the converged values above are the ones to report"
+    out = []
+    if bound:
+        out.append(f"the ladder did not converge for {len(bound)} of them ({', '.join(sorted(set(bound)))}), so "
+                   f"its values there are upper bounds too")
+    if missing:
+        out.append((f"{missing} of them have no converged value: " if done or bound else "") +
+                   "run again with --converge for a converged value (L-inf attacks; docs/attacks.md)")
+    return "; ".join(out)

@@ -121,12 +121,13 @@ def format_converge(summary: pd.DataFrame) -> str:
                               "fwd/sample": c["passes_forward_cum"].map(lambda v: f"{v:8.1f}"),
                               "bwd/sample": c["passes_backward_cum"].map(lambda v: f"{v:8.1f}")})
         gap = g[g["metric"] == "converge_gap"]["value"]
-        head = (f"converge: {top.get('model', '')} eps {eps_text(float(top['eps']), 'linf')} "
-                f"(n={int(top['n'])}): converged robust top-1 {top['value']:.2f}% "
-                f"[{top['ci_low']:.1f}, {top['ci_high']:.1f}]")
         status = str(top["status"])
+        what = "converged robust top-1" if status == CONVERGED else f"robust top-1, an upper bound ({status}):"
+        head = (f"converge: {top.get('model', '')} eps {eps_text(float(top['eps']), 'linf')} "
+                f"(n={int(top['n'])}): {what} {top['value']:.2f}% [{top['ci_low']:.1f}, {top['ci_high']:.1f}]")
         line = f"status: {status}: {top['status_detail']}"
         if len(gap) and np.isfinite(gap.iloc[0]):
-            line += f"; your attack's number is {gap.iloc[0]:.2f} pt above the converged one"
+            line += (f"; your attack's number is {gap.iloc[0]:.2f} pt above the "
+                     f"{'converged one' if status == CONVERGED else 'ladder' + chr(39) + 's'}")
         parts.append("\n".join([head, table.to_string(index=False), line]))
     return "\n\n".join(parts)
