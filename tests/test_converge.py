@@ -432,3 +432,40 @@ def test_overestimate_warning_points_to_the_ladder_only_where_it_converged():
     assert "in 2 condition(s)" in note and "1 of them have no converged value" in note
     assert overestimate_note(rows({**ladder, "eps": 2 / 255})).endswith("for a converged value (L-inf attacks; "
                                                                         "docs/attacks.md)")
+
+
+class NaNAway(Scaled):
+    """Finite logits on the clean images, NaN once an input moves off them: argmax of an all-NaN row is class 0,
+    which would count every class-0 sample as robust."""
+
+    def __init__(self, net: torch.nn.Module, clean: torch.Tensor) -> None:
+        super().__init__(net)
+        self.clean = clean
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        z = self.net(x)
+        moved = ~(x[:, None] == self.clean[None]).flatten(2).all(2).any(1)
+        return torch.where(moved[:, None], torch.full_like(z, float("nan")), z)
+
+
+def test_a_rung_whose_model_gives_nan_stops_instead_of_counting_class_0_as_robust(plain, digits8):
+    from robustbench_pid.benchmarks.ladder import Rung, run_rung
+    from robustbench_pid.runtime.health import NonFiniteError
+
+    x, y = digits8
+    x, y = x[:12], y[:12]
+    model = NaNAway(plain, x)
+    assert torch.isfinite(model(x)).all()
+    rung = Rung("apgd-ce", "apgd_ce", {"eps": EPS, "steps": 5}, loss="ce")
+    with pytest.raises(NonFiniteError, match="non-finite logits in the ladder's rung 'apgd-ce'"):
+        run_rung(rung, model, model, x, y, torch.Generator().manual_seed(0), 12)
+    seen = []
+
+    def runner_check(t: torch.Tensor, stage: str) -> None:  # the runner passes check_finite with its context
+        seen.append(stage)
+        if not torch.isfinite(t).all():
+            raise RuntimeError("runner's check")
+
+    with pytest.raises(RuntimeError, match="runner's check"):
+        run_rung(rung, model, model, x, y, torch.Generator().manual_seed(0), 12, check=runner_check)
+    assert seen == ["attack", "verdict"]

@@ -22,6 +22,7 @@ import torch
 from ..attacks import make_attack
 from ..attacks.base import still_correct
 from ..runtime.device import attack_precision
+from ..runtime.health import check_finite
 from ..results.report.indicators import LIBRARY_ATTACKS, TREND_TAU, loss_trend
 from ..specs import Unit, chunks
 from . import Benchmark, Column, benchmarks
@@ -97,8 +98,9 @@ class Converge(Benchmark):
             if clean is None:
                 with torch.inference_mode():
                     clean = model(x).float()
+                check_finite(clean, ctx, unit, "clean")
             c1, c5 = still_correct(clean, y, 1), still_correct(clean, y, 5)
-            robust, flagged, f0, b0 = self._rung0(ctx, rung0, gens, x, y, c1, c5)
+            robust, flagged, f0, b0 = self._rung0(ctx, unit, rung0, gens, x, y, c1, c5)
             xs.append(x)
             ys.append(y)
             sids += list(ids)
@@ -136,12 +138,13 @@ class Converge(Benchmark):
         def run(rung: Any, idx: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
             d = idx.to(x.device)
             with attack_precision(ctx.device, ctx.spec.precision):
-                return run_rung(rung, attacked, model, x[d], y[d], gen, bs)
+                return run_rung(rung, attacked, model, x[d], y[d], gen, bs,
+                                check=lambda t, stage: check_finite(t, ctx, unit, stage))
 
         climb(ladder, spec, unit.eps, run, unstable=unstable, flagged=flagged, no_grad=no_grad)
         return self._records(ladder, sids, y, clean, c1, rung0_robust, flagged, no_grad, unstable, spec)
 
-    def _rung0(self, ctx: Any, rung0: List[Tuple[str, Dict[str, Any]]], gens: List[torch.Generator], x: torch.Tensor,
+    def _rung0(self, ctx: Any, unit: Unit, rung0: List[Tuple[str, Dict[str, Any]]], gens: List[torch.Generator], x: torch.Tensor,
                y: torch.Tensor, c1: torch.Tensor, c5: torch.Tensor
                ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         """The user's attacks on this batch exactly as their adversarial units ran them: (robust after
@@ -158,8 +161,10 @@ class Converge(Benchmark):
             x_adv = x.clone()
             with attack_precision(ctx.device, ctx.spec.precision):
                 x_adv[sel] = attack(ctx.attacked_model(), x[sel], y[sel], bounds=(0.0, 1.0), generator=gen, trace=True)
+            check_finite(x_adv[sel], ctx, unit, "attack")
             with torch.inference_mode():
                 adv_logits = ctx.verdict_model()(x_adv).float()
+            check_finite(adv_logits, ctx, unit, "verdict")
             ok = still_correct(adv_logits, y, 1)
             robust &= ok
             tel = attack.telemetry

@@ -33,6 +33,7 @@ import torch.nn.functional as F
 
 from ..attacks import make_attack
 from ..errors import UserError
+from ..runtime.health import NonFiniteError
 
 from ..results.summaries.converge import CONVERGED, NOT_CONVERGED, RUNG_ORDER, STATUSES, UPPER_BOUND  # noqa: F401
 
@@ -282,18 +283,37 @@ def predictions_unstable(model: torch.nn.Module, x: torch.Tensor, logits: torch.
     return False
 
 
+Check = Callable[[torch.Tensor, str], None]
+
+
+def finite_or_stop(rung: Rung) -> Check:
+    """The check ``run_rung`` applies without one from the runner: NaN/inf inputs or logits stop the ladder
+    (an all-NaN row's argmax is class 0, which would count a class-0 sample as robust)."""
+    def check(t: torch.Tensor, stage: str) -> None:
+        if not bool(torch.isfinite(t).all()):
+            raise NonFiniteError(f"the model gave non-finite {'inputs' if stage == 'attack' else 'logits'} in the "
+                                 f"ladder's rung {rung.id!r}; its verdicts would be meaningless, so it stopped. "
+                                 f"Check the checkpoint and try --precision fp32")
+    return check
+
+
 def run_rung(rung: Rung, model: torch.nn.Module, verdict_model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor,
-             generator: torch.Generator, batch_size: int, trace: bool = False
+             generator: torch.Generator, batch_size: int, trace: bool = False, check: Optional[Check] = None
              ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Run ``rung``'s attack on (x, y) in batches: (top-1 correct after it, forward, backward passes),
-    the verdict pass included in the forward count."""
+    the verdict pass included in the forward count. ``check(tensor, stage)`` sees every adversarial batch
+    ("attack") and its logits ("verdict"), and raises on NaN/inf (default: :func:`finite_or_stop`)."""
+    check = check or finite_or_stop(rung)
     attack = make_attack(rung.attack, **rung.params)
     still, fwd, bwd = [], [], []
     for s in range(0, len(x), max(1, batch_size)):
         xb, yb = x[s:s + batch_size], y[s:s + batch_size]
         x_adv = attack(model, xb, yb, bounds=(0.0, 1.0), generator=generator, trace=trace)
+        check(x_adv, "attack")
         with torch.no_grad():
-            still.append(verdict_model(x_adv).float().argmax(1) == yb)
+            logits = verdict_model(x_adv).float()
+        check(logits, "verdict")
+        still.append(logits.argmax(1) == yb)
         tel = attack.telemetry
         zeros = torch.zeros(len(xb), device=xb.device)
         fwd.append((tel.forward if tel is not None else zeros) + 1)
