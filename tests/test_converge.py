@@ -242,6 +242,24 @@ def test_converge_refuses_what_it_cannot_do(plain, digits8, tmp_path):
         rbp.evaluate(model="deit", attack="pgd", eps="4/255", limit=4, converge_tol=0.01)
     with pytest.raises(UserError, match="converge-opt"):
         rbp.evaluate(model="deit", attack="pgd", eps="4/255", limit=4, converge=True, converge_opt={"bogus": 1})
+    # a stop rule that is no stop rule, or a setting that is not a number, is refused where it enters
+    for kw, needle in ((dict(converge_tol=0.5), r"share in \[0, 0.05\]"), (dict(converge_tol=False), "expected a share"),
+                       (dict(converge_tol=float("nan")), "share in"),
+                       (dict(converge_opt={"tol_min": 1000}), r"tol_min must be in \[0, 10\]"),
+                       (dict(converge_opt={"unstable_rtol": float("nan")}), "unstable_rtol must be a finite"),
+                       (dict(converge_opt={"unstable_rtol": -1}), "unstable_rtol must be a finite"),
+                       (dict(converge_tol=0.01, converge_opt={"tol_share": 0.02}), "given twice")):
+        with pytest.raises(UserError, match=needle):
+            rbp.evaluate(model="deit", attack="pgd", eps="4/255", limit=4, converge=True, **kw)
+
+
+def test_converge_names_the_attacks_it_gives_no_converged_value(capsys):
+    from robustbench_pid.cli import main
+
+    assert main(["evaluate", "--model", "deit", "--attack", "pgd", "--attack", "noise", "--eps", "4/255", "--limit",
+                 "4", "--converge", "--dry-run"]) == 0
+    err = capsys.readouterr().err
+    assert "note: --converge: no converged value for noise: the ladder escalates the L-inf worst-case attacks" in err
 
 
 def test_check_fails_on_a_lower_converged_value_or_a_status_change(plain_run, tmp_path):

@@ -75,7 +75,9 @@ class Converge(Benchmark):
         return gather(parts)
 
     def passes(self, ctx: Any, unit: Unit) -> Tuple[float, float]:
-        """Worst case: rung 0, the probes, APGD-CE, APGD-T, FAB-T and Square on every sample."""
+        """Rung 0, the probes, APGD-CE, APGD-T, FAB-T and Square on every sample: the rungs any ladder may run
+        (the evidence-driven ones, EOT, the stronger APGD and SPSA, are not counted: they run only where called
+        for, so a ladder that needs them costs more than this)."""
         p = json.loads(unit.params)
         s = LadderSpec.from_options(p["ladder"])
         fwd, fb = 3.0 + s.square_queries + s.fab_steps * s.targets, 2.0 + s.steps * (1 + s.targets)

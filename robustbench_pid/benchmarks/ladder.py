@@ -38,6 +38,7 @@ from ..runtime.health import NonFiniteError
 from ..results.summaries.converge import CONVERGED, NOT_CONVERGED, RUNG_ORDER, STATUSES, UPPER_BOUND  # noqa: F401
 
 PROBE = "probe"  # passes spent on the instability and gradient probes
+MAX_TOL_SHARE, MAX_TOL_MIN = 0.05, 10  # the loosest stop rule accepted: 5% of a unit's samples, 10 samples
 
 
 @dataclass(frozen=True)
@@ -81,10 +82,15 @@ class LadderSpec:
         return spec
 
     def check(self) -> None:
-        if not (0 <= self.tol_share < 1) or not math.isfinite(self.tol_share):
-            raise UserError(f"--converge-tol must be a share in [0, 1) (0.001 = 0.1%), got {self.tol_share}")
-        if self.tol_min < 0:
-            raise UserError(f"--converge-opt tol_min must be >= 0, got {self.tol_min}")
+        # a ladder whose last rung may still break more than this is not converged in any useful sense
+        if not (0 <= self.tol_share <= MAX_TOL_SHARE) or not math.isfinite(self.tol_share):
+            raise UserError(f"--converge-tol must be a share in [0, {MAX_TOL_SHARE}] (0.001 = 0.1%), got "
+                            f"{self.tol_share}")
+        if not 0 <= self.tol_min <= MAX_TOL_MIN:
+            raise UserError(f"--converge-opt tol_min must be in [0, {MAX_TOL_MIN}] samples, got {self.tol_min} (for "
+                            f"a larger tolerance on large work units, raise --converge-tol, a share)")
+        if not (math.isfinite(self.unstable_rtol) and self.unstable_rtol >= 0):
+            raise UserError(f"--converge-opt unstable_rtol must be a finite number >= 0, got {self.unstable_rtol}")
         for f in fields(self):
             v = getattr(self, f.name)
             if f.name not in ("tol_share", "tol_min", "unstable_rtol") and v < 1:

@@ -11,6 +11,7 @@ import inspect
 import json
 import math
 import os
+import sys
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
@@ -203,9 +204,19 @@ def check_converge(converge: Any, tol: Union[None, float, str], opt: KeyValues, 
     if not any(get_attack(s.attack).norm == "linf" and get_attack(s.attack).worst_case for s in specs):
         raise UserError("--converge needs at least one L-inf attack to start from (rung 0), e.g. --attack pgd "
                         "--eps 4/255; the ladder's rungs are L-inf attacks at the same eps")
+    others = sorted({s.attack for s in specs if not (get_attack(s.attack).norm == "linf"
+                                                     and get_attack(s.attack).worst_case)})
+    if others:
+        print(f"note: --converge: no converged value for {', '.join(others)}: the ladder escalates the L-inf "
+              f"worst-case attacks only", file=sys.stderr)
     options = key_values(opt, "--converge-opt")
     if tol is not None:
+        if "tol_share" in options:
+            raise UserError("the ladder's tolerance is given twice (--converge-tol and --converge-opt tol_share); "
+                            "give it once")
         try:
+            if isinstance(tol, bool):
+                raise TypeError
             options["tol_share"] = float(tol)
         except (TypeError, ValueError):
             raise UserError(f"--converge-tol {tol!r}: expected a share such as 0.001 (= 0.1%)") from None
