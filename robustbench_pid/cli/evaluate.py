@@ -91,7 +91,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "APGD, SPSA where the evidence calls for them), each on the samples still robust, until a "
                         "rung breaks (almost) nothing more; standard protocol only")
     c.add_argument("--converge-tol", metavar="SHARE",
-                   help="stop when a full rung breaks at most this share of the samples (default 0.001) or one sample")
+                   help="stop when a full rung breaks at most this share of a work unit's samples (default 0.001, at most "
+                        "0.05) or one sample (--converge-opt tol_min)")
     c.add_argument("--converge-opt", action="append", default=[], metavar="KEY=VALUE",
                    help="other ladder settings, e.g. square_queries=1000 (benchmarks/ladder.py LadderSpec)")
     r.add_argument("--calibration", metavar="FWD,FB",

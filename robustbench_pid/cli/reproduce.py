@@ -51,7 +51,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--converge", action="store_true",
                    help="also a converged standard-protocol value (evaluate --converge) for each L-inf attack row at "
                         "its eps, beside the paper-protocol value and the published one")
-    p.add_argument("--converge-tol", metavar="SHARE", help="the ladder's stop share (default 0.001), with --converge")
+    p.add_argument("--converge-tol", metavar="SHARE", help="the ladder's stop share of a work unit's samples (default 0.001, at most 0.05), with --converge")
     p.add_argument("--converge-opt", action="append", default=[], metavar="KEY=VALUE",
                    help="other ladder settings, with --converge (benchmarks/ladder.py LadderSpec)")
 
