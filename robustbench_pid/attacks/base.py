@@ -83,14 +83,19 @@ class Attack:
         if self.eps > self.eps_max:
             raise UserError(f"{loc}attack {self.name!r}: eps {self.eps} exceeds {self.eps_max} "
                             f"({self.norm} bound for images in [0, 1]); did you mean {self.eps:g}/255?")
+        if getattr(self, "step_size", None) is not None and getattr(self, "step_size_factor", None) is not None:
+            raise UserError(f"{loc}attack {self.name!r}: step_size and step_size_factor both given; the step is one "
+                            f"of them (--step-size S, or --param step_size_factor=F for F x eps): give one")
         for f in dataclasses.fields(self):
             v = getattr(self, f.name)
             if f.name in COUNTS and isinstance(v, int) and v < 1:
                 raise UserError(f"{loc}attack {self.name!r}: {f.name} must be >= 1, got {v}: with no {f.name} the "
                                 f"attack leaves every image as it is and its row would just repeat clean accuracy. "
-                                f"Give {f.name} >= 1 (--steps N / --param {f.name}=N), or drop the attack")
-            if f.name == "restarts" and isinstance(v, int) and v < 0:
-                raise UserError(f"{loc}attack {self.name!r}: restarts must be >= 0, got {v}")
+                                f"Give {f.name} >= 1 ({'--steps N' if f.name == 'steps' else f'--param {f.name}=N'}), or drop the "
+                                f"attack")
+            if f.name == "rho" and not 0 < v < 1:
+                raise UserError(f"{loc}attack {self.name!r}: rho (APGD's step-size checkpoint share) must be in (0, 1), "
+                                f"got {v:g} (--param rho=0.75, AutoAttack's)")
             if f.name in POSITIVE and v is not None and not v > 0:
                 flag = "--step-size" if f.name == "step_size" else f"--param {f.name}"
                 raise UserError(f"{loc}attack {self.name!r}: setting {f.name!r} must be a positive number (> 0), got {v:g} "
@@ -271,7 +276,7 @@ def _show(v: Any) -> str:
 
 
 # iteration counts: 0 would silently turn the attack into the identity; settings that must be > 0
-COUNTS = ("steps", "iterations", "n_samples", "n_queries", "search_steps")
+COUNTS = ("steps", "iterations", "n_samples", "n_queries", "search_steps", "restarts", "targets", "eot_iter")
 POSITIVE = ("step_size", "step_size_factor", "lr", "fd_delta", "c_init")
 _TYPE_WORDS = {"float": "a finite number (float)", "int": "a whole number (int)", "bool": "true or false (bool)",
                "str": "text (str)", "Optional[float]": "a finite number or none"}
