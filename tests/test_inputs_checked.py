@@ -358,3 +358,30 @@ def test_registered_model_on_wrong_images_in_attack_and_name_with_data(tmp_path)
         rbp.attack("deit", x, y, "fgsm", eps=2 / 255)
     with pytest.raises(UserError, match=r"data= goes with a model object; .* model=rbp.load_model\('deit', dataset"):
         _evaluate(tmp_path, model="deit", data=(x, y))
+
+
+@pytest.mark.parametrize("kw,says", [
+    ({"seed": 1.5}, "seed must be a whole number (int), got 1.5"),
+    ({"seed": -1}, "--seed must be >= 0"),
+    ({"limit": True}, "limit must be a whole number (int), got True"),
+    ({"batch_size": 2.5}, "batch_size must be a whole number (int), got 2.5"),
+    ({"workers": 0.5}, "workers must be a whole number (int), got 0.5"),
+    ({"non_strict": "false"}, "non_strict must be True or False, got 'false'"),
+    ({"indicators": "no"}, "indicators must be True or False, got 'no'"),
+    ({"device": "mps"}, "unknown device 'mps'; use auto, cpu, cuda or cuda:N"),
+    ({"device": "meta"}, "unknown device 'meta'"),
+])
+def test_api_switches_counts_and_device_refused_before_any_folder(kw, says, tmp_path):
+    """Through the Python API a value the CLI's parser would refuse is refused too, before anything is written:
+    no truthy string for a switch, no float or bool for a count, no device the runner is not built for."""
+    with pytest.raises(UserError) as err:
+        rbp.evaluate(model="deit", attack="fgsm", eps="2/255", **{"limit": 4, **kw}, out=tmp_path / "run")
+    assert says in str(err.value)
+    assert not (tmp_path / "run").exists()
+
+
+def test_api_takes_numpy_counts_and_switches_as_python_ones(tmp_path):
+    df = rbp.evaluate(model="deit", attack="fgsm", eps="2/255", limit=np.int64(4), seed=np.int32(3),
+                      quiet=np.True_, out=tmp_path / "run")
+    info = json.loads((Path(df.attrs["run_dir"]) / "run.json").read_text())
+    assert info["seed"] == 3 and isinstance(info["seed"], int) and int(df[df["attack"] == "clean"]["n"].iloc[0]) == 4

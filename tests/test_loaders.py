@@ -15,7 +15,7 @@ import torch
 from safetensors.torch import save_file
 
 import robustbench_pid  # noqa: F401  (registers the models)
-from robustbench_pid.errors import CheckpointError
+from robustbench_pid.errors import CheckpointError, UserError
 from robustbench_pid.loaders import ENTRY_POINT_GROUP, load_weights, loaders, state_dict_sha256
 
 ARCH = "deit_digits_patch4_32"
@@ -373,3 +373,31 @@ def test_evaluate_cli_args_checkpoint_and_sha_in_every_record(tmp_path: Path, ca
     recs = load_records(tmp_path / "ok")
     assert len(recs) == 8 and (recs["checkpoint_sha256"] == _sha(path)).all()
     assert recs["clean_correct_top1"].mean() >= 7 / 8  # the embedded weights really were loaded
+
+
+class _Creates:
+    """Unpickling this calls open(path, "w"): a harmless stand-in for code hidden in a checkpoint."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def __reduce__(self):
+        return (open, (str(self.path), "w"))
+
+
+@pytest.mark.parametrize("flag", ["false", "no", 0, 1, None])
+def test_only_a_real_true_opts_in_to_unpickling(flag, tmp_path: Path) -> None:
+    """In Python "false" is truthy: a string, a number or None must not opt in to running a pickle's code, through
+    the loader and through rbp.evaluate alike; nothing runs and nothing is loaded."""
+    import robustbench_pid as rbp
+    from robustbench_pid.models import pid_vit  # noqa: F401  (registers the digits architecture _net builds)
+
+    marker = tmp_path / "ran"
+    path = tmp_path / "evil.pth"
+    torch.save({"model": _net(1).state_dict(), "payload": _Creates(marker)}, path)
+    dst = _net(2)
+    with pytest.raises(CheckpointError, match="allow_pickle must be True or False"):
+        load_weights(dst, str(path), allow_pickle=flag)
+    with pytest.raises(UserError, match="allow_pickle must be True or False"):
+        rbp.evaluate(model="deit", checkpoint=str(path), allow_pickle=flag, limit=4, out=tmp_path / "run")
+    assert not marker.exists() and not (tmp_path / "run").exists()

@@ -59,6 +59,8 @@ def _reason(exc: Exception) -> str:
 @loaders.register("file")
 def load_file(name: str, *, allow_pickle: bool = False) -> Loaded:
     """Read ``PATH`` or ``PATH#KEY`` (KEY picks a wrapper entry, e.g. ``#state_dict_ema``, ``#model_ema``)."""
+    if allow_pickle is not True and allow_pickle is not False:  # "false" is truthy: only a real True opts in
+        raise CheckpointError(f"allow_pickle must be True or False, got {allow_pickle!r}")
     path = Path(name).expanduser()
     key = ""
     if not path.is_file() and "#" in name:

@@ -151,6 +151,16 @@ def build_spec(model: str, *, attack: Union[None, str, Sequence[str]] = None, ep
     ``converge_opt`` its other settings (``benchmarks/ladder.py`` ``LadderSpec``)."""
     from ..data import dataset_info
 
+    (allow_pickle, non_strict, skip_unreadable, compile, quiet, dry_run, indicators, trace), \
+        (batch_size, chunk_size, seed, workers, agreement, limit, subset, steps) = check_types(
+            flags={"allow_pickle": allow_pickle, "non_strict": non_strict, "skip_unreadable": skip_unreadable,
+                   "compile": compile, "quiet": quiet, "dry_run": dry_run, "indicators": indicators, "trace": trace},
+            whole={"batch_size": batch_size, "chunk_size": chunk_size, "seed": seed, "workers": workers,
+                   "agreement": agreement, "limit": limit, "subset": subset, "steps": steps})
+    if not isinstance(device, str):
+        raise UserError(f"device must be text (auto, cpu, cuda or cuda:N), got {device!r}")
+    if seed < 0:
+        raise UserError(f"--seed must be >= 0 (it seeds numpy's and torch's generators), got {seed}")
     rates = parse_calibration(calibration)
     if rates is not None and not dry_run:
         raise UserError("--calibration prices the plan of a --dry-run; add --dry-run (a real run measures "
@@ -182,6 +192,23 @@ def build_spec(model: str, *, attack: Union[None, str, Sequence[str]] = None, ep
         shard=shard, quiet=quiet, arch_kwargs=arch_kwargs, analyze=analyses, indicators=bool(indicators),
         trace=bool(trace), agreement=int(agreement), converge=ladder,
     )
+
+
+def check_types(flags: Mapping[str, Any], whole: Mapping[str, Any]) -> Tuple[List[bool], List[Optional[int]]]:
+    """Switches must be booleans and counts whole numbers (None where optional), numpy's included; returned as
+    Python bool / int. In Python ``allow_pickle="false"`` is truthy and would opt in to running a pickle's
+    code, ``seed=1.5`` would be recorded as 1.5 but run as 1, ``limit=True`` would run one sample."""
+    import numbers
+
+    import numpy as np
+
+    for name, v in flags.items():
+        if not isinstance(v, (bool, np.bool_)):
+            raise UserError(f"{name} must be True or False, got {v!r}")
+    for name, v in whole.items():
+        if v is not None and (isinstance(v, (bool, np.bool_)) or not isinstance(v, numbers.Integral)):
+            raise UserError(f"{name} must be a whole number (int), got {v!r}")
+    return [bool(v) for v in flags.values()], [None if v is None else int(v) for v in whole.values()]
 
 
 def check_converge(converge: Any, tol: Union[None, float, str], opt: KeyValues, benchmark: str, protocol: str,

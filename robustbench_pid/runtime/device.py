@@ -34,7 +34,9 @@ def pick_device(name: str = "auto") -> torch.device:
         raise UserError(f"--device {name}: CUDA is not available on this machine; use --device cpu or auto")
     try:
         dev = torch.device(name)
-    except RuntimeError:
+    except (RuntimeError, TypeError):
+        dev = None
+    if dev is None or dev.type not in ("cpu", "cuda"):  # mps, meta, xpu...: the runner is built for CPU and CUDA
         raise UserError(f"unknown device {name!r}; use auto, cpu, cuda or cuda:N") from None
     if dev.type == "cuda":
         return _local_cuda(dev.index)
