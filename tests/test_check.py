@@ -7,6 +7,7 @@ import pytest
 from robustbench_pid.results.ci.baseline import read_baseline
 from robustbench_pid.results.ci.check import check, update
 from robustbench_pid.cli import main
+from robustbench_pid.errors import UserError
 from robustbench_pid.results.stats.metrics import wilson_interval
 
 
@@ -148,3 +149,19 @@ def test_committed_smoke_baseline_covers_the_smoke_suite():
         assert not stale, f"baseline rows {sorted(stale)} for {model} are not in attacks/smoke.toml: regenerate it"
         assert ("clean", 0.0) in have and len(have & suite) >= 4
     assert base[base["metric"] == "top1"]["value"].between(0, 100).all()
+
+
+@pytest.mark.parametrize("tol", ["nan", "inf", "-1"])
+def test_tolerance_that_could_pass_any_regression_is_refused(tol, results, tmp_path, capsys):
+    """A NaN tolerance compares False with every drop, so nothing would fail: refused, like a negative one."""
+    df, _, base = results
+    low = df.copy()
+    i = low.index[(low["model"] == "deit") & (low["attack"] == "pgd") & (low["metric"] == "top1")][0]
+    low.loc[i, "value"] -= 25.0
+    p = tmp_path / "low.csv"
+    low.to_csv(p, index=False)
+    assert main(["check", str(p), "--baseline", str(base), "--tolerance", tol]) == 2
+    assert "--tolerance must be a finite number >= 0 percentage points" in capsys.readouterr().err
+    with pytest.raises(UserError, match="finite number >= 0"):
+        check(p, base, tolerance=float(tol))
+    assert main(["check", str(p), "--baseline", str(base)]) == 1

@@ -30,6 +30,7 @@ the tolerance alone. Baselines written before settings were recorded still work,
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
@@ -191,8 +192,9 @@ def compare(current: pd.DataFrame, baseline: pd.DataFrame, tolerance: float = 0.
             notes: Optional[List[str]] = None) -> pd.DataFrame:
     """Row-by-row comparison; ``status`` is ok, improved, within-noise, REGRESSED, MISSING, new,
     SETTINGS-CHANGED or SAMPLES-CHANGED (``changes`` says what changed)."""
-    if tolerance < 0:
-        raise UserError(f"--tolerance must be >= 0 percentage points, got {tolerance}")
+    if isinstance(tolerance, bool) or not isinstance(tolerance, (int, float)) or not (
+            math.isfinite(tolerance) and tolerance >= 0):  # NaN compares False with everything: nothing would fail
+        raise UserError(f"--tolerance must be a finite number >= 0 percentage points, got {tolerance!r}")
     notes = notes if notes is not None else []
     cur = current if "_match" in current.columns else normalize(current)
     base = baseline if "_match" in baseline.columns else normalize(baseline)
