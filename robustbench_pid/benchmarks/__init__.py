@@ -38,6 +38,8 @@ class Benchmark:
     group_cols: ClassVar[List[str]] = ["attack", "eps"]
     # the options it reads from ``benchmark_options[name]`` (``--bench-opt KEY=VALUE``): key -> what it does
     options: ClassVar[Dict[str, str]] = {}
+    # their kinds, checked where they enter: "count" (a whole number >= 1), "counts" / "names" (lists of those)
+    option_kinds: ClassVar[Dict[str, str]] = {}
 
     def plan(self, ctx: Any) -> List[Unit]:
         raise NotImplementedError
@@ -110,3 +112,24 @@ def check_options(name: str, benchmark_options: Dict[str, Any]) -> None:
         valid = ("; valid: " + ", ".join(f"{k} ({v})" for k, v in bench.options.items()) if bench.options
                  else f"; benchmark {name!r} takes no options")
         raise UserError(f"unknown --bench-opt key(s) {', '.join(map(repr, unknown))} for benchmark {name!r}{valid}")
+    for key, value in given.items():
+        kind = bench.option_kinds.get(key)
+        if kind and not _option_ok(kind, value):
+            raise UserError(f"--bench-opt {key}={value!r} for benchmark {name!r}: expected {OPTION_KINDS[kind]} "
+                            f"({bench.options[key]})")
+
+
+OPTION_KINDS = {"count": "a whole number >= 1", "counts": "a list of whole numbers >= 1, e.g. [1,3]",
+                "names": 'a list of names, e.g. ["fog"]'}
+
+
+def _option_ok(kind: str, value: Any) -> bool:
+    """Is ``value`` of ``kind``? (2.5 or true for a count would be truncated to 2 or taken as 1.)"""
+    def count(v: Any) -> bool:
+        return isinstance(v, int) and not isinstance(v, bool) and v >= 1
+
+    if kind == "count":
+        return count(value)
+    if kind == "counts":
+        return isinstance(value, list) and all(count(v) for v in value)
+    return isinstance(value, list) and all(isinstance(v, str) for v in value)

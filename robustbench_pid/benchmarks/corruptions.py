@@ -52,6 +52,7 @@ class Corruptions(Benchmark):
     name = "corruptions"
     options = {"corruptions": "list of corruption names, default the 15 ImageNet-C ones",
                "severities": "list of severities 1..5, default all"}
+    option_kinds = {"corruptions": "names", "severities": "counts"}
 
     def plan(self, ctx: Any) -> List[Unit]:
         from ..data.generators.corruptions import check_corruption, corrupt_tta_version

@@ -163,6 +163,7 @@ class Cost(Benchmark):
     name = NAME
     group_cols = ["metric"]
     options = {"reps": "timed repetitions per measure (median; default 3)"}
+    option_kinds = {"reps": "count"}
 
     def plan(self, ctx: Any) -> List[Unit]:
         n = min(len(ctx.indices), ctx.batch_size)

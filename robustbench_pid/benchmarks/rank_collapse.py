@@ -64,6 +64,7 @@ class RankCollapse(Benchmark):
     name = NAME
     group_cols = ["layer"]
     options = {"n_images": "how many images to choose at random (seeded by --seed)"}
+    option_kinds = {"n_images": "count"}
 
     def plan(self, ctx: Any) -> List[Unit]:
         selection = select_images(ctx)

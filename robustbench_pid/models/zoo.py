@@ -111,6 +111,8 @@ PID_GAINS = ("lambda_p", "lambda_i", "lambda_d", "beta")
 # counts and sizes: 0 or less builds nothing sensible (timm fails deep inside, or builds an empty stack)
 POSITIVE_ARCH = ("depth", "depths", "num_heads", "embed_dim", "patch_size", "img_size", "in_chans", "mlp_ratio",
                  "num_classes", "num_layers", "width", "head_dim")
+# numbers only: JSON's true would be taken as 1 by Python's arithmetic, a string would fail deep in a forward pass
+NUMERIC_ARCH = PID_GAINS + POSITIVE_ARCH + ("pap_iterations", "pap_lambda")
 
 
 def _init_params(cls: type) -> Set[str]:
@@ -141,6 +143,9 @@ def check_arch_kwargs(res: "ResolvedModel", kwargs: Dict[str, Any], num_classes:
         return
     for k, v in kwargs.items():
         values = v if isinstance(v, (list, tuple)) else [v]
+        if k in NUMERIC_ARCH and not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in values):
+            raise UserError(f"model {res.alias!r} ({res.arch}): architecture argument {k}={v!r} must be a number; fix "
+                            f"--model-arg {k}=NUMBER")
         if k in POSITIVE_ARCH and any(isinstance(x, (int, float)) and not isinstance(x, bool) and x <= 0
                                       for x in values):
             raise UserError(f"model {res.alias!r} ({res.arch}): architecture argument {k}={v!r} must be > 0 (a count "
