@@ -362,7 +362,7 @@ def test_skipped_images_in_terminal_summary_csv_and_report(tmp_path, capsys):
     s = pd.read_csv(out / "summary.csv")
     assert list(s.columns).index("n_skipped") == list(s.columns).index("n") + 1
     assert (s["n_skipped"] == 1).all() and (s.loc[s.metric == "top1", "n"] == 5).all()
-    page = build_report(out, n_boot=10)
+    page = build_report(out, n_boot=100)
     assert "Unreadable images were skipped (--skip-unreadable)" in page and "1 image(s) skipped" in page
     assert "<th>skipped</th>" in page
 
@@ -434,3 +434,14 @@ def test_killed_evaluate_process_leaves_no_running_shard(sig, status, tmp_path):
     assert n_kept >= 1
     assert evaluate_main(args) == 0  # resumes, computes the rest, finalizes
     assert _shards(out) == sorted(["done", status])
+
+
+@pytest.mark.parametrize("args", [["table", "{run}", "--n-boot", "0"], ["report", "{run}", "-o", "{tmp}/r.html",
+                                                                      "--n-boot", "1"]])
+def test_n_boot_too_small_for_an_interval_is_one_error_line(args, base_run, tmp_path, capsys):
+    """0 resamples crashed deep in the bootstrap; 1 gave an "interval" of one value: refused where it enters."""
+    argv = [a.replace("{run}", str(base_run)).replace("{tmp}", str(tmp_path)) for a in args]
+    assert main(argv) == 2
+    line = _one_error_line(capsys.readouterr().err)
+    assert "--n-boot must be a whole number >= 100" in line
+    assert not (tmp_path / "r.html").exists()

@@ -66,7 +66,7 @@ def test_run_json_records_the_sha256_of_both_files(base_run: Path) -> None:
     ["table", "{run}", "--layout", "long"],
     ["check", "{run}", "--baseline", str(ROOT / "results" / "baselines" / "smoke-digits.csv")],
     ["plot", "{run}", "--out", "{tmp}/plots"],
-    ["report", "{run}", "-o", "{tmp}/report.html", "--n-boot", "10"],
+    ["report", "{run}", "-o", "{tmp}/report.html", "--n-boot", "100"],
 ])
 def test_a_flipped_bit_in_records_is_refused_by_every_reader(run_copy: Path, tmp_path: Path, argv: List[str],
                                                             capsys) -> None:
@@ -289,7 +289,7 @@ def test_a_non_utf8_suite_is_one_error_line(tmp_path: Path, capsys) -> None:
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["report", "{run}", "-o", "{dir}", "--n-boot", "10"], "output {dir} is a folder, but a file is written there: "
+    (["report", "{run}", "-o", "{dir}", "--n-boot", "100"], "output {dir} is a folder, but a file is written there: "
                                                           "give a file name, e.g. {dir}/report.html"),
     (["table", "{run}", "-o", "{dir}"], "output {dir} is a folder, but a file is written there"),
     (["plot", "{run}", "--out", "{file}"], "output {file} is a file, but a folder is written there"),
@@ -318,7 +318,7 @@ def test_a_failed_report_write_leaves_no_tmp(base_run: Path, tmp_path: Path, mon
         raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(run_files, "_write_file", full)
-    assert main(["report", str(base_run), "-o", str(tmp_path / "r.html"), "--n-boot", "10"]) == 2
+    assert main(["report", str(base_run), "-o", str(tmp_path / "r.html"), "--n-boot", "100"]) == 2
     assert list(tmp_path.iterdir()) == []
 
 

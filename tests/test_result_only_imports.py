@@ -66,7 +66,7 @@ from robustbench_pid.cli import main
 run, out = sys.argv[1], sys.argv[2]
 codes = [main(["table", run]), main(["check", run, "--baseline", out + "/base.csv", "--update"]),
          main(["check", run, "--baseline", out + "/base.csv"]), main(["plot", run, "--out", out + "/plots"]),
-         main(["report", run, "-o", out + "/report.html", "--n-boot", "10"])]
+         main(["report", run, "-o", out + "/report.html", "--n-boot", "100"])]
 print(json.dumps({"codes": codes, "torch": "torch" in sys.modules, "timm": "timm" in sys.modules,
                   "stack": first.get("stack", "")}))
 """

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any, Optional, Union
 
 from ..results.report.html import write_report as _write_report
+from ..results.stats.stats import check_n_boot
 from .table import is_study_folder, render_html
 
 
@@ -14,6 +15,7 @@ def write_report(data: Any, out: Union[str, Path], title: str = "Robustness repo
                  ce_baseline: Optional[str] = None, study_dir: Optional[Union[str, Path]] = None) -> Path:
     """One self-contained HTML report; a study folder (``study_dir``, or ``data`` itself when it is
     one folder) gets its table with the paper beside it first."""
+    n_boot = check_n_boot(n_boot)
     folder = study_dir if study_dir is not None else (data if isinstance(data, (str, Path)) else None)
     first = [render_html(Path(folder))] if folder is not None and is_study_folder(Path(folder)) else []
     return _write_report(data, out, title=title, n_boot=n_boot, ce_baseline=ce_baseline, first=first)

@@ -71,6 +71,19 @@ def mcnemar_exact(correct_a: Sequence[bool], correct_b: Sequence[bool]) -> McNem
 Arrays = Union[np.ndarray, Tuple[np.ndarray, ...]]
 
 
+MIN_BOOT = 100  # fewer resamples give a 95% interval from a handful of values: its ends are noise
+
+
+def check_n_boot(n_boot: object) -> int:
+    """``--n-boot``, checked where it enters (tables, report): a whole number >= MIN_BOOT."""
+    from ...errors import UserError
+
+    if isinstance(n_boot, bool) or not isinstance(n_boot, (int, np.integer)) or n_boot < MIN_BOOT:
+        raise UserError(f"--n-boot must be a whole number >= {MIN_BOOT} (bootstrap resamples for the mCE/AUPR "
+                        f"intervals; default 1000), got {n_boot!r}")
+    return int(n_boot)
+
+
 def _as_tuple(x: Arrays) -> Tuple[np.ndarray, ...]:
     return tuple(np.asarray(a) for a in (x if isinstance(x, tuple) else (x,)))
 

@@ -25,6 +25,7 @@ import pandas as pd
 from .comparisons import compare_rows, interval_from_records
 from ..conditions import differing_settings, flat_settings
 from ...errors import UserError
+from ..stats.stats import check_n_boot
 from ..inputs import (ACCURACY_METRICS, AGGREGATE_METRICS, CORRUPTION_METRICS, EPS_DECIMALS, OOD_DATASETS, Inputs, as_inputs, model_order, norm_of)
 from ...core.labels import eps_text, parse_eps
 from .render import MISSING, Table, fmt_delta, fmt_p, fmt_value, render
@@ -99,6 +100,7 @@ def paper_tables(data: Any, *, models: Optional[Sequence[str]] = None, dataset: 
                  compare: bool = True, n_boot: int = 1000, seed: int = 0,
                  records: Optional[pd.DataFrame] = None, ce_baseline: Optional[str] = None) -> List[Table]:
     """PIDformer Table 1 shape, one table per (dataset, protocol) in the results."""
+    n_boot = check_n_boot(n_boot)
     inp = as_inputs(data, records, ce_baseline)
     df = inp.results
     order = model_order(df, models)
