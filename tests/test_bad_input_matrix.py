@@ -445,3 +445,18 @@ def test_n_boot_too_small_for_an_interval_is_one_error_line(args, base_run, tmp_
     line = _one_error_line(capsys.readouterr().err)
     assert "--n-boot must be a whole number >= 100" in line
     assert not (tmp_path / "r.html").exists()
+
+
+def test_subset_below_one_refused_by_the_checks_every_row_passes_before_its_folder():
+    """reproduce turns --limit N into --subset N on ImageNet-C/-O rows and checks every row with check_arguments
+    before it writes the study folder: a subset of 0 must fail there, not deep in the dataset after the folder."""
+    import dataclasses
+
+    from robustbench_pid.errors import UserError
+    from robustbench_pid.run.context import check_arguments
+    from robustbench_pid.run.spec_builder import build_spec
+
+    spec = build_spec("deit", attack="fgsm", eps="2/255", limit=4)
+    check_arguments(spec)
+    with pytest.raises(UserError, match=r"--subset must be >= 1 \(reproduce's --limit on ImageNet-C/-O rows"):
+        check_arguments(dataclasses.replace(spec, subset=0))

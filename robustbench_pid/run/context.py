@@ -259,6 +259,9 @@ def check_arguments(spec: RunSpec, data: Any = None) -> torch.device:
         raise UserError(f"--workers must be >= 0, got {spec.num_workers}")
     if spec.limit is not None and spec.limit < 1:
         raise UserError(f"--limit must be >= 1, got {spec.limit}")
+    if spec.subset is not None and spec.subset < 1:
+        raise UserError(f"--subset must be >= 1 (reproduce's --limit on ImageNet-C/-O rows is a subset), "
+                        f"got {spec.subset}")
     launch(spec.shard)  # malformed --shard / environment -> clear error before loading anything
     get_benchmark(spec.benchmark)  # unknown benchmark -> clear error
     check_options(spec.benchmark, spec.benchmark_options)  # unknown --bench-opt key -> clear error
