@@ -236,3 +236,22 @@ def test_rows_concatenated_from_older_results_get_their_metadata(adv_run: Path):
     assert len(wc) == 2 and set(wc["attack_label"]) == {"Worst case"} and set(wc["norm"]) == {"linf"}
     assert wc["white_box"].all() and wc["worst_case"].all()
     assert with_attack_meta(new) is new  # complete: untouched, nothing derived
+
+
+def test_worst_case_needs_the_clean_verdict_and_counts_a_missing_verdict_as_wrong():
+    """Paper-protocol attack verdicts do not include the clean one: samples 2 and 3 are misclassified clean but
+    "correct" on their perturbed tensors. The worst case over FGSM + PGD must not count them (it would read 75%
+    above a clean 50%), and sample 1's missing PGD verdict is no evidence of robustness."""
+    from robustbench_pid.results.summaries.adversarial import worst_case_records
+
+    clean = [True, True, False, False]
+    verdicts = {"fgsm": [True, True, True, True], "pgd": [True, None, True, True]}
+    recs = pd.DataFrame([dict(model="m", dataset="d", protocol="paper", benchmark="adversarial", attack=a,
+                              eps=3 / 255, sample_id=str(i), correct_top1=v, correct_top5=True,
+                              clean_correct_top1=clean[i], clean_correct_top5=True, settings_id=a, setting=a,
+                              precision="fp32", norm="linf", worst_case=True, white_box=True, attack_label=a,
+                              paper_eps=3 / 255)
+                         for a, vs in verdicts.items() for i, v in enumerate(vs)])
+    w = worst_case_records(recs).set_index("sample_id")
+    assert w["correct_top1"].to_dict() == {"0": True, "1": False, "2": False, "3": False}
+    assert w["correct_top5"].all()
