@@ -165,3 +165,31 @@ def test_tolerance_that_could_pass_any_regression_is_refused(tol, results, tmp_p
     with pytest.raises(UserError, match="finite number >= 0"):
         check(p, base, tolerance=float(tol))
     assert main(["check", str(p), "--baseline", str(base)]) == 1
+
+
+def test_a_nan_result_fails_instead_of_passing_as_ok(results, tmp_path, capsys):
+    df, _, base = results
+    bad = df.copy()
+    i = bad.index[(bad["model"] == "pid_deit") & (bad["attack"] == "pgd")][0]
+    bad.loc[i, ["value", "ci_low", "ci_high"]] = float("nan")
+    p = tmp_path / "nan.csv"
+    bad.to_csv(p, index=False)
+    res = check(p, base)
+    assert not res.ok and list(res.failures["status"]) == ["INVALID"]
+    assert main(["check", str(p), "--baseline", str(base)]) == 1
+    out = capsys.readouterr().out
+    assert "INVALID: pid_deit digits pgd eps=4/255 top1: not a finite number: baseline 45.27" in out
+    assert "1 not a number" in out and out.strip().endswith("FAILED")
+
+
+@pytest.mark.parametrize("metric", ["mean_err", "err_fog", "ce_fog", "mce", "fpr95", "skipped_unreadable"])
+def test_a_rising_error_is_a_regression_and_a_falling_one_an_improvement(metric, tmp_path):
+    """Lower is better for errors: mean_err 30 -> 45 is a regression, not an improvement (it read as one)."""
+    row = dict(run_id="r", model="m", checkpoint_sha256="ab" * 32, dataset="digits-c", protocol="standard",
+               benchmark="corruptions", attack="all", eps=0.0, metric=metric, value=30.0, n=360, norm="")
+    base = tmp_path / "base.csv"
+    (tmp_path / "r.csv").write_text(pd.DataFrame([row]).to_csv(index=False))
+    update(tmp_path / "r.csv", base)
+    for value, status in ((45.0, "REGRESSED"), (20.0, "improved")):
+        (tmp_path / "new.csv").write_text(pd.DataFrame([{**row, "value": value}]).to_csv(index=False))
+        assert list(check(tmp_path / "new.csv", base).rows["status"]) == [status]

@@ -50,14 +50,16 @@ from ..stats.stats import newcombe_difference_interval
 
 MATCH_KEY = ["model", "dataset", "attack", "eps", "metric", "condition"]  # + the settings (protocol included)
 EPS = 1e-6  # absorbs float formatting in the CSV; far below one sample (100/n points)
-FAILING = ("REGRESSED", "MISSING", "SETTINGS-CHANGED", "SAMPLES-CHANGED", "STATUS-CHANGED")
+FAILING = ("REGRESSED", "MISSING", "SETTINGS-CHANGED", "SAMPLES-CHANGED", "STATUS-CHANGED", "INVALID")
 # The ladder's evidence, not robustness: its curve (evidence-driven rungs differ between runs), its cost and the
 # user's attack's gap to it. Its end, the converged top-1, and its status are gated.
 NOT_GATED = CONVERGE_METRICS
 
 def lower_is_better(metric: str) -> bool:
-    """mCE/CE/FPR, and the indicators of attack failure (a rise in flagged samples is the regression)."""
-    return metric in ("mce", "relative_mce", "fpr95", "mean_error", *INDICATORS) or metric.startswith("ce_")
+    """Errors (mCE, mean and per-corruption error, CE), FPR95, skipped images, token similarity (rank
+    collapse) and the indicators of attack failure (a rise in flagged samples is the regression)."""
+    return (metric in ("mce", "relative_mce", "mean_err", "fpr95", "skipped_unreadable", "token_cosine", *INDICATORS)
+            or metric.startswith(("ce_", "err_")))
 
 
 @dataclass
@@ -96,7 +98,7 @@ class CheckResult:
             lines.append(t.to_string(index=False))
             lines.append("")
         changed = r[r["status"].isin(["SETTINGS-CHANGED", "SAMPLES-CHANGED", "STATUS-CHANGED"])]
-        for _, c in changed.iterrows():
+        for _, c in r[r["status"].isin(["SETTINGS-CHANGED", "SAMPLES-CHANGED", "STATUS-CHANGED", "INVALID"])].iterrows():
             lines.append(f"{c['status']}: {c['model']} {c['dataset']} {c['attack']} "
                          f"eps={eps_text(c['eps'], c['norm'])} {c['metric']}: {c['changes']}")
         if len(changed):
@@ -108,7 +110,8 @@ class CheckResult:
             f"check against {self.baseline or 'baseline'}: {len(r)} rows; "
             f"{counts.get('ok', 0)} ok, {counts.get('REGRESSED', 0)} regressed, {counts.get('MISSING', 0)} missing, "
             f"{counts.get('SETTINGS-CHANGED', 0)} with changed settings, {counts.get('SAMPLES-CHANGED', 0)} with "
-            f"changed samples, {counts.get('STATUS-CHANGED', 0)} with a changed converge status, {counts.get('improved', 0)} improved, {counts.get('within-noise', 0)} drops not "
+            f"changed samples, {counts.get('STATUS-CHANGED', 0)} with a changed converge status, "
+            f"{counts.get('INVALID', 0)} not a number, {counts.get('improved', 0)} improved, {counts.get('within-noise', 0)} drops not "
             f"significant, {counts.get('new', 0)} new; tolerance {self.tolerance:g} pp, failing on {mode}")
         lines += [f"note: {n}" for n in self.notes]
         lines.append("FAILED" if not self.ok else "PASSED")
@@ -252,6 +255,11 @@ def compare(current: pd.DataFrame, baseline: pd.DataFrame, tolerance: float = 0.
             rows.append(out)
             continue
         old, new = float(r["value_old"]), float(r["value_new"])
+        if not (math.isfinite(old) and math.isfinite(new)):  # NaN compares False with every limit: it would pass
+            out["status"] = "INVALID"
+            out["changes"] = f"not a finite number: baseline {old}, results {new}"
+            rows.append(out)
+            continue
         lo_o, hi_o, lo_n, hi_n = r.get("ci_low_old"), r.get("ci_high_old"), r.get("ci_low_new"), r.get("ci_high_new")
         samples_changed = has_settings and r.get("samples_id_old") and r.get("samples_id_new") and \
             r["samples_id_old"] != r["samples_id_new"]

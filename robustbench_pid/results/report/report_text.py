@@ -47,7 +47,7 @@ def skipped_note(summary: pd.DataFrame) -> str:
             f"could be read (column n_skipped in summary.csv; their paths are in run.json)")
 
 
-PERCENT_METRICS = ("top1", "top5", "mce", "relative_mce", "aupr", "auroc", "fpr95", "mean_error")
+PERCENT_METRICS = ("top1", "top5", "mce", "relative_mce", "aupr", "auroc", "fpr95", "mean_err")
 
 
 def _cell(r: pd.Series) -> str:
