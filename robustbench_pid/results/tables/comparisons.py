@@ -80,9 +80,13 @@ def corruption_error_matrix(recs: pd.DataFrame) -> Optional[Tuple[pd.Index, List
 
 def mce_statistic(conditions: Sequence[str], dataset: str, metric: str = "mce"):
     """A function of the (samples x conditions) error matrix giving mCE (AlexNet-normalized on
-    ImageNet when the metric is available, else the unnormalized mean corruption error x 100), and its name."""
+    ImageNet), or the unnormalized mean corruption error x 100 for ``mean_err``, and its name; (None, why)
+    for an mCE outside ImageNet, normalized by another model's errors (``--ce-baseline``) that the matrix
+    does not hold: a statistic of the matrix alone would measure something else than the cell."""
     corr = [CORRUPTION_CONDITION.match(c).group("corruption") for c in conditions]
-    if metric == "mce" and dataset.startswith("imagenet"):
+    if metric == "mce" and not dataset.startswith("imagenet"):
+        return None, "mCE normalized by the --ce-baseline model's errors: no per-sample interval or paired test"
+    if metric == "mce":
         def stat(err: np.ndarray) -> float:
             rates = err.mean(0)
             by: Dict[str, List[float]] = {}
@@ -160,6 +164,9 @@ def compare_rows(ra: Mapping[str, Any], rb: Mapping[str, Any], records: Optional
         A = pd.DataFrame(ea[2], index=ea[0], columns=ea[1]).loc[ids, conds].to_numpy()
         B = pd.DataFrame(eb[2], index=eb[0], columns=eb[1]).loc[ids, conds].to_numpy()
         stat, name = mce_statistic(conds, str(ra["dataset"]), metric)
+        if stat is None:
+            same = bool(ra.get("samples_id")) and ra.get("samples_id") == rb.get("samples_id")
+            return Comparison(delta if same else None, None, "", note=name)
         res = paired_bootstrap(stat, A, B, n_boot=n_boot, seed=seed)
         delta = float(stat(B)) - float(stat(A))
         return Comparison(delta, res.pvalue, f"paired bootstrap ({name})", len(ids), p_floor=1.0 / n_boot)
@@ -194,6 +201,8 @@ def interval_from_records(row: Mapping[str, Any], records: Optional[pd.DataFrame
         if e is None:
             return nan
         stat, _ = mce_statistic(e[1], str(row["dataset"]), row["metric"])
+        if stat is None:
+            return nan
         _, lo, hi = bootstrap_interval(stat, e[2], n_boot=n_boot, seed=seed)
         return lo, hi
     if row["metric"] == "aupr":
