@@ -149,3 +149,26 @@ def test_a_converged_folder_pairs_the_ladders_verdicts_not_rung_0(tmp_path):
     (tmp_path / "run.json").write_text(json.dumps({"status": "complete"}))
     assert row_verdicts(tmp_path, row).tolist() == [True, True, False]  # the paper/standard folder: PGD-20
     assert row_verdicts(tmp_path, row, converged=True).tolist() == [True, False, False]  # the ladder
+
+
+def test_runs_sharing_no_samples_give_a_note_not_a_crash_and_a_missing_verdict_is_not_robust(tmp_path):
+    import json
+
+    import pandas as pd
+
+    from robustbench_pid.studies.pairs import pair_cells, row_verdicts
+
+    study = load_study("claims-digits")
+    eps = 4 / 255
+    entries = []
+    for col, model, ids in (("DeiT", "deit", ["0", "1"]), ("PID DeiT", "pid_deit", ["2", "3"])):
+        run = tmp_path / model / "paper" / "pgd-4"
+        run.mkdir(parents=True)
+        pd.DataFrame({"sample_id": ids, "attack": "pgd", "eps": eps, "correct_top1": [True, None]}).to_parquet(
+            run / "records.parquet")
+        (run / "run.json").write_text(json.dumps({"status": "complete"}))
+        entries.append({"column": col, "model": model, "dir": tmp_path / model})
+    assert row_verdicts(tmp_path / "deit" / "paper" / "pgd-4", study.row("pgd-4")).tolist() == [True, False]
+    cells, notes = pair_cells(tmp_path, study, entries)
+    assert not [c for c in cells if c.row == "pgd-4"]
+    assert any("row 'pgd-4'" in n and "share no samples" in n for n in notes)

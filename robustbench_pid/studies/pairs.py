@@ -72,7 +72,9 @@ def row_verdicts(run_dir: Path, row: Row, converged: bool = False) -> Optional[p
             rec = rec[(rec["eps"].astype(float) - eps).abs() <= 1e-6 * max(1.0, eps)]
     if rec.empty:
         return None
-    return rec.drop_duplicates("sample_id").set_index("sample_id")["correct_top1"].astype(bool)
+    # a missing verdict is no evidence of robustness (astype(bool) would read NaN as correct)
+    return rec.drop_duplicates("sample_id").set_index("sample_id")["correct_top1"].astype("boolean").fillna(False) \
+        .astype(bool)
 
 
 def _entry_dirs(entries: List[Dict[str, Any]], study: Study) -> Dict[str, Path]:
@@ -113,6 +115,10 @@ def pair_cells(out: Path, study: Study, entries: List[Dict[str, Any]]) -> Tuple[
                 if a is None or b is None:
                     notes.append(f"{p.claim}, {proto} protocol, row {r.name!r}: not run (or not finished) for "
                                  f"{p.baseline if a is None else p.method!r}")
+                    continue
+                if not a.index.intersection(b.index).size:
+                    notes.append(f"{p.claim}, {proto} protocol, row {r.name!r}: the two columns' runs share no "
+                                 f"samples (another --limit/--subset?), so there is nothing to pair")
                     continue
                 cells.append(_cell(p, r, proto, a, b))
     return cells, notes
