@@ -86,6 +86,7 @@ EXPECTED_PAPER = """\
 
 Notes:
 - cells: value [95% interval]; accuracies use the Wilson interval
+- attack rows: accuracy under the attacks shown, an upper bound on the model's robust accuracy (a stronger attack may break more samples; `evaluate --converge` escalates until none does)
 - n: 20 samples per row, except ImageNet-A (7500), ImageNet-R (30000), ImageNet-C (50000), ImageNet-O (12000)
 - Δ: later model minus earlier, in points; p: two-sided paired test on the same samples (McNemar exact, n=20); * p < 0.05
 - p n/a for ImageNet-A, ImageNet-R, ImageNet-C, ImageNet-O: no per-sample records in the inputs
@@ -295,3 +296,17 @@ def test_ce_baseline_is_an_explicit_option(tmp_path, capsys, monkeypatch):
     # the cell is normalized by base's errors, which a per-sample statistic of mine's errors cannot see: its
     # interval would sit around mine's raw error (5%), not the 50% printed, so none is given (it read [..5..])
     assert "[" not in str(row.filter(like="mine").iloc[0]) and "50.00" in str(row.filter(like="mine").iloc[0])
+
+
+def test_attack_rows_are_called_upper_bounds_and_clean_rows_are_not():
+    def row(model, attack, eps, k, wc):
+        return dict(run_id=f"r{model}", model=model, checkpoint_sha256=None, dataset="digits", protocol="standard",
+                    benchmark="adversarial", attack=attack, eps=eps, metric="top1", value=100 * k / 360, n=360,
+                    norm="linf" if wc else "", worst_case=wc)
+
+    attacked = pd.DataFrame([row("a", "clean", 0.0, 350, False), row("a", "pgd", 4 / 255, 120, True),
+                             row("b", "clean", 0.0, 352, False), row("b", "pgd", 4 / 255, 160, True)])
+    notes = paper_tables(attacked)[0].notes
+    assert any(n.startswith("attack rows: accuracy under the attacks shown, an upper bound") for n in notes)
+    clean = attacked[attacked["attack"] == "clean"]
+    assert not any("upper bound" in n for n in paper_tables(clean)[0].notes)

@@ -279,6 +279,10 @@ def _paper_table(df: pd.DataFrame, inp: Inputs, order: List[str], ds: str, proto
                 pair_notes.append((label.split(" (")[0], comp.note))
         out.append(r)
     notes += ["cells: value [95% interval]; accuracies use the Wilson interval"]
+    attacked = {a for a, _, _ in shown if a not in ("clean", "converge")}
+    if "worst_case" in acc.columns and acc[acc["attack"].isin(attacked)]["worst_case"].fillna(False).astype(bool).any():
+        notes.append("attack rows: accuracy under the attacks shown, an upper bound on the model's robust accuracy "
+                     "(a stronger attack may break more samples; `evaluate --converge` escalates until none does)")
     ns: Dict[str, List[int]] = {}
     for label, metric, cells in rows:
         for c in cells.values():
