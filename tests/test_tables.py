@@ -310,3 +310,16 @@ def test_attack_rows_are_called_upper_bounds_and_clean_rows_are_not():
     assert any(n.startswith("attack rows: accuracy under the attacks shown, an upper bound") for n in notes)
     clean = attacked[attacked["attack"] == "clean"]
     assert not any("upper bound" in n for n in paper_tables(clean)[0].notes)
+
+
+def test_a_delta_on_fewer_shared_samples_than_the_cells_says_so():
+    """Model a ran 10 images, b the first 8: Δ and p are on the 8 both have, not the difference of the cells."""
+    recs = pd.DataFrame([dict(run_id=f"r{m}", model=m, dataset="digits", protocol="standard", benchmark="adversarial",
+                              attack="clean", eps=0.0, sample_id=str(i), correct_top1=ok, correct_top5=True)
+                         for m, oks in (("a", [True] * 9 + [False]), ("b", [True] * 8)) for i, ok in enumerate(oks)])
+    tidy = pd.DataFrame([dict(run_id=f"r{m}", model=m, checkpoint_sha256=None, dataset="digits", protocol="standard",
+                              benchmark="adversarial", attack="clean", eps=0.0, metric="top1", value=v, n=n)
+                         for m, v, n in (("a", 90.0, 10), ("b", 100.0, 8))])
+    t = paper_tables(tidy, records=recs)[0]
+    assert t.frame.iloc[0]["Δ b−a"] == "+0.00"  # on the 8 shared images both are 100%
+    assert any("Δ and p on the 8 samples both runs have, not on each cell's own n" in n for n in t.notes)

@@ -277,6 +277,9 @@ def _paper_table(df: pd.DataFrame, inp: Inputs, order: List[str], ds: str, proto
                 tests_used[comp.test].append(comp.n)
             elif comp.note:
                 pair_notes.append((label.split(" (")[0], comp.note))
+            if comp.test and comp.n and any(pd.notna(c.get("n")) and int(c["n"]) != comp.n for c in (ca, cb)):
+                pair_notes.append((label.split(" (")[0], f"Δ and p on the {comp.n} samples both runs have, not on "
+                                                          f"each cell's own n"))
         out.append(r)
     notes += ["cells: value [95% interval]; accuracies use the Wilson interval"]
     attacked = {a for a, _, _ in shown if a not in ("clean", "converge")}
