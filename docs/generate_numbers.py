@@ -297,6 +297,7 @@ class Block:
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from device_numbers import agreement_table, doctor_table  # noqa: E402  (docs/device_numbers.py)
+from plan_numbers import plan_table  # noqa: E402  (docs/plan_numbers.py)
 
 BLOCKS = [
     Block("docs/results.md", "results-commands", lambda: commands_block([f"deit-{k}" for k in RESULTS_RUNS]), []),
@@ -324,6 +325,7 @@ BLOCKS = [
           [f"{m}-eps-sweep-{p}" for m in MODELS for p in ("standard", "paper")]),
     Block("docs/devices.md", "devices-gpu-agreement", agreement_table, []),
     Block("docs/performance.md", "performance-doctor-gpu", doctor_table, []),
+    Block("docs/scaling.md", "scaling-plan", plan_table, []),
 ]
 
 
