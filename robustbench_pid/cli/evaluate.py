@@ -14,7 +14,8 @@ HELP = ("evaluate a model: clean accuracy plus attacks (--attack / --suite) or a
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("what")
-    g.add_argument("--model", required=True, help="deit, pid_deit, timm:NAME or a registered timm name")
+    g.add_argument("--model", required=True, help="a zoo name (robustbench-pid models: deit, pid_deit, rpc_symvit, "
+                                                   "fan, ...), timm:NAME or a registered timm name")
     g.add_argument("--checkpoint", help="embedded:NAME, a local .pth/.pt/.bin/.safetensors file (FILE#KEY picks an "
                                         "entry such as state_dict_ema), timm:NAME[.TAG] pretrained weights, or a "
                                         "plugin scheme, or a released checkpoint's registry name (`robustbench-pid "
@@ -66,10 +67,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     r.add_argument("--out", type=Path, help="run folder (default: results/<model>_<dataset>_<what>_<protocol>_<hash>)")
     r.add_argument("--batch-size", type=int, default=128, help="images per batch; 0 = largest that fits (GPU only)")
     r.add_argument("--chunk-size", type=int, default=512, help="samples per work unit (resume granularity)")
-    r.add_argument("--seed", type=int, default=0)
-    r.add_argument("--device", default="auto")
+    r.add_argument("--seed", type=int, default=0, help="seeds every random draw (>= 0)")
+    r.add_argument("--device", default="auto", help="auto (a GPU when there is one), cpu, cuda or cuda:N")
     r.add_argument("--precision", default="fp32", choices=PRECISIONS,
-                   help="attack forward/backward precision on CUDA (verdicts always fp32)")
+                   help="attack forward/backward precision: bf16 on CUDA or through CPU autocast, fp16 on CUDA only "
+                        "(verdicts always fp32)")
     r.add_argument("--compile", action="store_true",
                    help="torch.compile the model once per process, for the attacks' passes and the verdicts")
     r.add_argument("--workers", type=int, default=0, help="DataLoader workers")
