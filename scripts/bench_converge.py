@@ -24,11 +24,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import sys
 import time
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 import pandas as pd
 
@@ -51,16 +50,19 @@ def _unit_seconds(run: Path, benchmark: str, attack: str, eps: float) -> float:
 
 
 def reference(model_name: str, aa: pd.DataFrame, eps: float, limit: int, device: str = "cpu",
-              block: int = 0, parts: Path = None) -> pd.DataFrame:
+              block: int = 0, parts: Path = None) -> Optional[pd.DataFrame]:
     """AutoAttack's verdicts, then the reference's extra attacks on the samples it left robust, on ``device``
     (the generator stays on the CPU, as in a run: the draws do not depend on the device).
 
     ``block`` > 0 attacks those samples in blocks of that many (block b seeded with b), each written to
     ``parts`` when done, so a killed reference resumes at its first unfinished block; 0 attacks them all
-    at once, seeded with 0 (the cells made before blocks existed)."""
+    at once, seeded with 0 (the cells made before blocks existed). Blocks are claimed as a run's units are,
+    so several processes share one reference: each attacks the blocks nobody holds, and ``None`` comes back
+    to a process that finds blocks still held by another live one (the last to finish assembles the result)."""
     import torch
 
     import robustbench_pid as rbp
+    from robustbench_pid.run.claims import Claims
 
     model = rbp.load_model(model_name).to(device)
     ds = rbp.load_dataset("digits", split="test")
@@ -70,25 +72,41 @@ def reference(model_name: str, aa: pd.DataFrame, eps: float, limit: int, device:
     out = pd.DataFrame({"sample_id": ids, "eps": eps, "aa_correct": robust.values, "reference_correct": robust.values,
                         "extra_forward": 0.0, "extra_backward": 0.0})
     blocks = [idx[k:k + block] for k in range(0, len(idx), block)] if block > 0 else [idx]
+    if parts is None:
+        t0 = time.time()
+        for b, members in enumerate(blocks):
+            _attack_block(model, ds, out, members, eps, device, torch.Generator().manual_seed(b))
+        out.attrs["seconds"] = time.time() - t0
+        return out
+    parts.mkdir(parents=True, exist_ok=True)
+    names = [f"block-{b}-of-{len(blocks)}" for b in range(len(blocks))]
+    with Claims(parts) as claims:
+        for b, members in enumerate(blocks):
+            part = parts / f"{names[b]}.csv"
+            if part.is_file() or not claims.try_claim(names[b]):
+                continue
+            try:
+                if not part.is_file():  # another process may have finished it since the check above
+                    t0 = time.time()
+                    _attack_block(model, ds, out, members, eps, device, torch.Generator().manual_seed(b))
+                    done = out.loc[members, ["sample_id", "reference_correct", "extra_forward", "extra_backward"]]
+                    done.assign(seconds=time.time() - t0).to_csv(part.with_suffix(".tmp"), index=False)
+                    part.with_suffix(".tmp").replace(part)
+            finally:
+                claims.release(names[b])
+    missing = [n for n in names if not (parts / f"{n}.csv").is_file()]
+    if missing:
+        print(f"reference: {', '.join(missing)} held by another process; the one that finishes last writes the cell")
+        return None
     seconds = 0.0
     for b, members in enumerate(blocks):
-        part = parts / f"block-{b}-of-{len(blocks)}.csv" if parts is not None else None
-        if part is not None and part.is_file():
-            done = pd.read_csv(part, dtype={"sample_id": str})
-            if done["sample_id"].tolist() != [ids[i] for i in members]:
-                raise SystemExit(f"{part} holds other samples than its block: delete {parts} and re-run")
-            for col in ("reference_correct", "extra_forward", "extra_backward"):
-                out.loc[members, col] = done[col].to_numpy(dtype=out[col].dtype)
-            seconds += float(done["seconds"].iloc[0])
-            continue
-        t0 = time.time()
-        _attack_block(model, ds, out, members, eps, device, torch.Generator().manual_seed(b))
-        seconds += time.time() - t0
-        if part is not None:
-            part.parent.mkdir(parents=True, exist_ok=True)
-            done = out.loc[members, ["sample_id", "reference_correct", "extra_forward", "extra_backward"]]
-            done.assign(seconds=time.time() - t0).to_csv(part.with_suffix(".tmp"), index=False)
-            part.with_suffix(".tmp").replace(part)
+        part = parts / f"{names[b]}.csv"
+        done = pd.read_csv(part, dtype={"sample_id": str})
+        if done["sample_id"].tolist() != [ids[i] for i in members]:
+            raise SystemExit(f"{part} holds other samples than its block: delete {parts} and re-run")
+        for col in ("reference_correct", "extra_forward", "extra_backward"):
+            out.loc[members, col] = done[col].to_numpy(dtype=out[col].dtype)
+        seconds += float(done["seconds"].iloc[0])
     out.attrs["seconds"] = seconds
     return out
 
@@ -136,11 +154,13 @@ def cell_dir(out: Path, model: str, eps: str) -> Path:
     return out / f"{model}@{eps.replace('/', '-')}"
 
 
-def measure(model: str, e: str, limit: int, out: Path, device: str = "cpu", chunk_size: int = 0) -> pd.DataFrame:
+def measure(model: str, e: str, limit: int, out: Path, device: str = "cpu",
+            chunk_size: int = 0) -> Optional[pd.DataFrame]:
     """One cell: the ladder, then AutoAttack, then the reference, timed side by side in this process.
     ``chunk_size`` (0: the run's default, 512) cuts a new run into work units of that many samples, and the
     reference into blocks of that many, so a run killed part-way keeps what it finished (a finished run or
-    reference is reused whatever its chunking)."""
+    reference is reused whatever its chunking). Several processes may run one cell: they share its units and
+    blocks, and ``None`` comes back to each one but the last, which writes the cell's bench row."""
     import torch
 
     import robustbench_pid as rbp
@@ -165,9 +185,10 @@ def measure(model: str, e: str, limit: int, out: Path, device: str = "cpu", chun
     ref = pd.read_csv(cached) if cached.is_file() else pd.DataFrame()
     if len(ref) != limit:  # the reference is AutoAttack + extra attacks with fixed seeds: reused, not re-run
         ref = reference(model, a, eps, limit, device, block=chunk_size, parts=cell / "reference-parts")
+        if ref is None:  # blocks held by another process, which writes the cell when it is done
+            return None
         ref["seconds"], ref["block"] = ref.attrs["seconds"], chunk_size
-        ref.sort_values("sample_id", kind="stable").to_csv(cached, index=False)
-        shutil.rmtree(cell / "reference-parts", ignore_errors=True)
+        _write_csv(ref.sort_values("sample_id", kind="stable"), cached)  # the blocks stay: their seconds are evidence
     s_conv = _unit_seconds(conv_dir, "converge", "converge", eps)
     s_aa = _unit_seconds(aa_dir, "adversarial", "autoattack", eps)
     made_on = {d: _run_device(d) for d in (conv_dir, aa_dir)}
@@ -193,8 +214,15 @@ def measure(model: str, e: str, limit: int, out: Path, device: str = "cpu", chun
         "aa_chunk": int(json.loads((aa_dir / "run.json").read_text()).get("chunk_size", 512)),
         "ref_block": int(ref["block"].iloc[0]) if "block" in ref.columns else 0,
         "rungs": ";".join(dict.fromkeys(c["converge_rungs"].astype(str)))}])
-    row.to_csv(cell / "bench.csv", index=False)
+    _write_csv(row, cell / "bench.csv")
     return row
+
+
+def _write_csv(df: pd.DataFrame, path: Path) -> None:
+    """Whole or not at all, so two processes finishing one cell together cannot leave a torn file."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    df.to_csv(tmp, index=False)
+    tmp.replace(path)
 
 
 def _checks(r) -> str:
@@ -425,7 +453,8 @@ def main(argv: List[str] = None) -> int:
     for m in args.models:
         for e in (e.strip() for e in args.eps.split(",") if e.strip()):
             df = measure(m, e, args.limit, args.out, args.device, args.chunk_size)
-            print(df.drop(columns=["rungs"]).to_string(index=False))
+            if df is not None:
+                print(df.drop(columns=["rungs"]).to_string(index=False))
     return 0
 
 

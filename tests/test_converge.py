@@ -398,6 +398,39 @@ def test_bench_reference_in_blocks_resumes_at_its_first_unfinished_block(tmp_pat
         bench.reference("deit", aa, 8 / 255, 5, "cpu", block=2, parts=parts)
 
 
+def test_bench_reference_blocks_are_shared_by_claims_and_the_last_process_assembles(tmp_path, monkeypatch):
+    """A block another live process holds is left to it: this process attacks the free blocks and gets None
+    back; once the held block is written, the next call attacks nothing and assembles the same result."""
+    import json
+    import os
+    import shutil
+
+    from robustbench_pid.results.files.run_files import HOST, proc_start
+
+    bench = _bench()
+    monkeypatch.setattr(bench, "REFERENCE", {"apgd_strong": {"steps": 5, "restarts": 1, "loss": "ce"},
+                                             "square": {"n_queries": 10}})
+    ids = [str(s) for s in rbp.load_dataset("digits", split="test").sample_ids[:5]]
+    aa = pd.DataFrame({"sample_id": ids, "correct_top1": [True, True, False, True, True]})
+    whole = bench.reference("deit", aa, 8 / 255, 5, "cpu", block=2, parts=tmp_path / "whole")
+    parts = tmp_path / "parts"
+    parts.mkdir()
+    holder = os.getppid()  # a live process other than this one
+    (parts / "block-0-of-2.claim").write_text(json.dumps({"host": HOST, "pid": holder, "pid_start": proc_start(holder),
+                                                          "token": "other"}))
+    attacked = []
+    real = bench._attack_block
+    monkeypatch.setattr(bench, "_attack_block", lambda m, ds, out, members, *a: (attacked.append(members),
+                                                                                 real(m, ds, out, members, *a)))
+    assert bench.reference("deit", aa, 8 / 255, 5, "cpu", block=2, parts=parts) is None
+    assert attacked == [[3, 4]] and (parts / "block-0-of-2.claim").is_file()
+    (parts / "block-0-of-2.claim").unlink()
+    shutil.copy(tmp_path / "whole" / "block-0-of-2.csv", parts / "block-0-of-2.csv")  # what the holder wrote
+    attacked.clear()
+    pd.testing.assert_frame_equal(bench.reference("deit", aa, 8 / 255, 5, "cpu", block=2, parts=parts), whole)
+    assert attacked == []
+
+
 def test_study_converged_cell_that_did_not_converge_reads_as_an_upper_bound(tmp_path):
     """A study's converged column shows the ladder's value; where its status is not "converged" the cell says it
     is an upper bound and a note names the row and the status."""
