@@ -340,12 +340,12 @@ def test_the_converge_docs_block_is_the_rendering_of_the_committed_bench_runs(tm
     a hand-edited number makes --check fail."""
     bench = _bench()
     assert bench.main(["--check"]) == 0
-    text = bench.DOC.read_text()
-    body = text.split(bench.BEGIN, 1)[1].split(bench.END, 1)[0]
+    text = bench.doc.DOC.read_text()
+    body = text.split(bench.doc.BEGIN, 1)[1].split(bench.doc.END, 1)[0]
     row = next(line for line in body.splitlines() if line.startswith("| deit |"))
     edited = tmp_path / "attacks.md"
     edited.write_text(text.replace(row, row.replace("| converged |", "| not converged |", 1), 1))
-    monkeypatch.setattr(bench, "DOC", edited)
+    monkeypatch.setattr(bench.doc, "DOC", edited)
     assert bench.main(["--check"]) == 1
     # every bench row's criteria are stated, and the table says which of the 360 x 1..6/255 cells ran
     assert "criteria" in body and "<= AA" in body and ("grid ran" in body or "not yet run" in body)
@@ -363,7 +363,7 @@ def test_bench_cell_chunk_size_cuts_new_runs_into_units_and_reuses_finished_ones
         plan = json.loads((cell / run / "plan.json").read_text())
         assert plan["n_units"] > 1 and {u["stop"] - u["start"] for u in plan["units"]} == {3}
     assert int(row["n"].iloc[0]) == 6 and row[["ladder_chunk", "aa_chunk", "ref_block"]].iloc[0].tolist() == [3, 3, 3]
-    assert bench._chunking(row) == [
+    assert bench.doc._chunking(row) == [
         "Cut into work units (`--chunk-size`, so that a killed run keeps what it finished; each unit or block draws "
         "its own random starts): deit 32/255: the ladder in units of 3, AutoAttack in units of 3, the reference in "
         "blocks of 3. The other runs each ran in one unit."]
