@@ -305,7 +305,8 @@ def test_bad_input_one_error_line(case, tmp_path, capsys, monkeypatch):
     args, must, must_not = BAD_INPUT[case]
     args = _imagenet_o_tree(tmp_path) if args is None else [a.replace("{tmp}", str(tmp_path)) for a in args]
     out = tmp_path / "run"
-    assert evaluate_main(args + ["--limit", "8", "--quiet", "--out", str(out)]) == 2
+    size = ["--subset", "8"] if "imagenet-o" in args else ["--limit", "8"]  # --limit is refused there
+    assert evaluate_main(args + [*size, "--quiet", "--out", str(out)]) == 2
     line = _one_error_line(capsys.readouterr().err)
     for m in must:
         assert m in line, line

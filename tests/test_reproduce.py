@@ -37,7 +37,7 @@ def data(tmp_path_factory):
     tree(root / "imagenet-o", [o[0], o[100]], per=20, size=(40, 36))
     for c in CORRUPTIONS_15:
         for s in range(1, 6):
-            tree(root / "imagenet-c" / c / str(s), [o[0], o[1]], per=1, size=(32, 32))
+            tree(root / "imagenet-c" / c / str(s), [o[0], o[1]], per=1, size=(224, 224))  # as every IN-C file
     for model, arch in ARCH.items():
         torch.manual_seed(0)
         net = build_model(arch, num_classes=1000, img_size=32, depth=1)

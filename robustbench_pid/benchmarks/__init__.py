@@ -40,6 +40,9 @@ class Benchmark:
     options: ClassVar[Dict[str, str]] = {}
     # their kinds, checked where they enter: "count" (a whole number >= 1), "counts" / "names" (lists of those)
     option_kinds: ClassVar[Dict[str, str]] = {}
+    # the kinds of sample (``DatasetInfo.samples``) it scores correctly: top-1 over all classes is wrong on a
+    # 200-class subset, an out-of-distribution image has no true class, an ImageNet-C file is already corrupted
+    samples: ClassVar[Tuple[str, ...]] = ("labelled",)
 
     def plan(self, ctx: Any) -> List[Unit]:
         raise NotImplementedError
@@ -117,6 +120,26 @@ def check_options(name: str, benchmark_options: Dict[str, Any]) -> None:
         if kind and not _option_ok(kind, value):
             raise UserError(f"--bench-opt {key}={value!r} for benchmark {name!r}: expected {OPTION_KINDS[kind]} "
                             f"({bench.options[key]})")
+
+
+def check_dataset(name: str, dataset: str) -> None:
+    """Refuse a registered dataset whose samples the benchmark would score wrongly, naming the benchmarks that
+    fit it (a data object's name only labels its records: it is not checked)."""
+    from ..data import datasets
+    from ..errors import UserError
+
+    if dataset not in datasets:
+        return
+    kind = datasets.get(dataset).samples
+    if kind in get_benchmark(name).samples:
+        return
+    fit = [b for b in benchmark_names() if kind in get_benchmark(b).samples]
+    why = {"restricted": "its images belong to a 200-class subset, scored on masked logits",
+           "ood": "its out-of-distribution images have no true class",
+           "corrupted": "its images are ImageNet-C's corrupted copies, scored per corruption and severity",
+           "labelled": "its images are plain labelled images"}.get(kind, f"its samples are {kind!r}")
+    raise UserError(f"benchmark {name!r} does not run on dataset {dataset!r} ({why}); use --benchmark "
+                    f"{' or '.join(fit)}")
 
 
 OPTION_KINDS = {"count": "a whole number >= 1", "counts": "a list of whole numbers >= 1, e.g. [1,3]",

@@ -161,6 +161,7 @@ def measure_cost(net: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, reps: i
 @benchmarks.register(NAME)
 class Cost(Benchmark):
     name = NAME
+    samples = ("labelled", "restricted", "ood", "corrupted")  # it times a batch: any image will do
     group_cols = ["metric"]
     options = {"reps": "timed repetitions per measure (median; default 3)"}
     option_kinds = {"reps": "count"}

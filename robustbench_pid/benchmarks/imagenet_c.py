@@ -53,6 +53,7 @@ def condition_units(ctx: Any, benchmark: str) -> List[Unit]:
 @benchmarks.register("imagenet_c")
 class ImageNetC(Benchmark):
     name = "imagenet_c"
+    samples = ("corrupted",)
 
     def plan(self, ctx: Any) -> List[Unit]:
         return condition_units(ctx, self.name)

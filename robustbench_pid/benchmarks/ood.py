@@ -27,6 +27,7 @@ from .restricted import dataset_mask, masked_records
 @benchmarks.register("ood")
 class OOD(Benchmark):
     name = "ood"
+    samples = ("ood",)
 
     def plan(self, ctx: Any) -> List[Unit]:
         dataset_mask(ctx, self.name)

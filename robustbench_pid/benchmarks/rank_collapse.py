@@ -62,6 +62,7 @@ def select_images(ctx: Any) -> str:
 @benchmarks.register(NAME)
 class RankCollapse(Benchmark):
     name = NAME
+    samples = ("labelled", "restricted")  # clean images: one per sample, whatever class set scores them
     group_cols = ["layer"]
     options = {"n_images": "how many images to choose at random (seeded by --seed)"}
     option_kinds = {"n_images": "count"}

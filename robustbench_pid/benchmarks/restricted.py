@@ -50,6 +50,7 @@ def masked_records(ctx: Any, unit: Unit, b: Batch, idx: torch.Tensor) -> Tuple[D
 @benchmarks.register("restricted")
 class Restricted(Benchmark):
     name = "restricted"
+    samples = ("restricted",)
 
     def plan(self, ctx: Any) -> List[Unit]:
         dataset_mask(ctx, self.name)

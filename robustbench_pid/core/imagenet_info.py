@@ -40,6 +40,12 @@ ALEXNET_CLEAN_ERR: float = 0.4348
 # The category folders some ImageNet-C copies insert above the corruption folders.
 IMAGENET_C_CATEGORIES: Tuple[str, ...] = ("noise", "blur", "weather", "digital", "extra")
 
+# Images in each published set (ImageNet-C: per corruption and severity; ImageNet-O: its OOD images, the
+# in-distribution half being the 10,000 val images of its 200 wnids), the sizes a full benchmark run reads.
+PUBLISHED_COUNTS: Dict[str, int] = {"imagenet": 50000, "imagenet-a": 7500, "imagenet-r": 30000, "imagenet-o": 2000,
+                                    "imagenet-o-in": 10000, "imagenet-v2": 10000, "imagenet-sketch": 50889,
+                                    "imagenet-c": 50000}
+
 # Chance AUPR of the ImageNet-O protocol: 2,000 OOD positives vs 10,000 in-distribution images.
 IMAGENET_O_CHANCE_AUPR: float = 100.0 * 2000 / 12000
 

@@ -27,6 +27,10 @@ class DatasetInfo:
     needs_root: bool = False
     # The benchmark `evaluate` runs on this dataset when --benchmark is not given.
     default_benchmark: str = "adversarial"
+    # What a sample is, which decides the benchmarks that can score it (``Benchmark.samples``): "labelled"
+    # (an image of one of all ``num_classes``), "restricted" (one of a 200-class subset: masked logits),
+    # "ood" (in- and out-of-distribution images) or "corrupted" (ImageNet-C: corruption x severity x image)
+    samples: str = "labelled"
     # Builds the dataset: (split, root, model_info, **its options) -> Dataset; no catch-all **kwargs
     factory: Optional[Callable[..., Any]] = field(default=None, compare=False, repr=False)
 

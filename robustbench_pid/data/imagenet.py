@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
@@ -51,7 +52,7 @@ import torch
 from torch.utils.data import Dataset
 
 from ..errors import UserError
-from ..core.imagenet_info import subset_indices, subset_wnids, wnid_to_index
+from ..core.imagenet_info import PUBLISHED_COUNTS, subset_indices, subset_wnids, wnid_to_index
 from . import DatasetInfo, datasets
 
 IMAGE_EXTENSIONS = (".jpeg", ".jpg", ".png")
@@ -69,26 +70,34 @@ class Item:
 
 # --------------------------------------------------------------------------- transforms
 
-def eval_transform(model_info: Dict[str, Any], resize: bool = True) -> Tuple[Any, Dict[str, Any]]:
-    """The model's evaluation transform and its description (for provenance)."""
+def input_side(model_info: Dict[str, Any]) -> int:
+    """The model's square input side in pixels (224 when it does not say)."""
+    return int((model_info.get("input_size") or (3, 224, 224))[-1])
+
+
+def interpolation(model_info: Dict[str, Any]) -> Tuple[str, Any]:
+    """The model's resize interpolation: its name and torchvision's mode."""
     from torchvision import transforms as T
 
-    size = int((model_info.get("input_size") or (3, 224, 224))[-1])
-    crop_pct = float(model_info.get("crop_pct") or 0.875)
     interp = str(model_info.get("interpolation") or "bicubic")
     modes = {"bicubic": T.InterpolationMode.BICUBIC, "bilinear": T.InterpolationMode.BILINEAR,
              "nearest": T.InterpolationMode.NEAREST}
     if interp not in modes:
         raise UserError(f"model interpolation {interp!r} is not supported (use one of {', '.join(modes)})")
-    if resize:
-        scale = int(math.floor(size / crop_pct))
-        tf = T.Compose([T.Resize(scale, interpolation=modes[interp], antialias=True), T.CenterCrop(size),
-                        T.ToTensor()])
-        desc = {"resize": scale, "interpolation": interp, "antialias": True, "center_crop": size,
-                "crop_pct": crop_pct, "to_tensor": True, "normalize": "inside the model"}
-    else:
-        tf = T.Compose([T.CenterCrop(size), T.ToTensor()])
-        desc = {"resize": None, "center_crop": size, "to_tensor": True, "normalize": "inside the model"}
+    return interp, modes[interp]
+
+
+def eval_transform(model_info: Dict[str, Any]) -> Tuple[Any, Dict[str, Any]]:
+    """The model's evaluation transform and its description (for provenance)."""
+    from torchvision import transforms as T
+
+    size = input_side(model_info)
+    crop_pct = float(model_info.get("crop_pct") or 0.875)
+    interp, mode = interpolation(model_info)
+    scale = int(math.floor(size / crop_pct))
+    tf = T.Compose([T.Resize(scale, interpolation=mode, antialias=True), T.CenterCrop(size), T.ToTensor()])
+    desc = {"resize": scale, "interpolation": interp, "antialias": True, "center_crop": size,
+            "crop_pct": crop_pct, "to_tensor": True, "normalize": "inside the model"}
     return tf, desc
 
 
@@ -139,6 +148,11 @@ def scan_wnid_folders(root: Path, name: str, allowed: Optional[Sequence[str]] = 
                             f"folder that holds the class folders")
         for f in _images(d):
             items.append(Item(f, w2i[d.name], f"{prefix}{d.name}/{f.name}", condition, ood))
+    other = [f for d in dirs for f in d.iterdir()
+             if f.is_file() and not f.name.startswith(".") and f.suffix.lower() not in IMAGE_EXTENSIONS]
+    if other:
+        warnings.warn(f"{name}: {len(other)} file(s) under {root} are not read (not {', '.join(IMAGE_EXTENSIONS)}), "
+                      f"e.g. {other[0]}; convert them to JPEG/PNG or remove them", stacklevel=2)
     return items
 
 
@@ -221,9 +235,24 @@ def readable(path: Path) -> bool:
 
 # --------------------------------------------------------------------------- factories
 
+def partial_tree(name: str, found: Dict[str, int]) -> Dict[str, Any]:
+    """Provenance's ``partial`` entry (empty when complete) for a tree read whole (no ``--subset``): a copy with
+    fewer images than the published set gives numbers that look complete but are not comparable with
+    published ones, so it is recorded and said once on stderr."""
+    short = {k: (n, PUBLISHED_COUNTS[k]) for k, n in found.items() if n < PUBLISHED_COUNTS.get(k, 0)}
+    if not short:
+        return {}
+    what = "; ".join(f"{n:,} of the published {full:,} images of {k}" for k, (n, full) in short.items())
+    warnings.warn(f"{name}: found {what}: its numbers are not comparable with published ones (a partial copy; "
+                  f"for a deliberate sample say so with --subset N)", stacklevel=2)
+    return {"partial": {k: {"found": n, "published": full} for k, (n, full) in short.items()}}
+
+
 def _finish(name: str, items: List[Item], tf: Any, desc: Dict[str, Any], root: Path, subset: Optional[int],
             subset_seed: int, skip_unreadable: bool, extra: Optional[Dict[str, Any]] = None, **kw: Any) -> ImageFiles:
     prov: Dict[str, Any] = {"root": str(root), "transform": desc, "n_found": len(items), **(extra or {})}
+    if subset is None:
+        prov.update(partial_tree(name, {name: len(items)}))
     if subset is not None:
         pos = choose_subset(len(items), subset, subset_seed)
         items = [items[i] for i in pos]
@@ -283,6 +312,8 @@ def _imagenet_o(split: str, root: Optional[str], model_info: Dict[str, Any], sub
     extra = {"imagenet_root": str(val), "n_in_found": len(ind), "n_ood_found": len(ood),
              "in_distribution": "ImageNet val images of the 200 ImageNet-O wnids",
              "logit_mask": "ImageNet-O 200 classes (robustbench_pid/core/_data/imagenet_o_wnids.txt)"}
+    if subset is None:
+        extra.update(partial_tree("imagenet-o", {"imagenet-o": len(ood), "imagenet-o-in": len(ind)}))
     if subset is not None:
         n_ood = max(1, round(subset * len(ood) / (len(ood) + len(ind))))
         n_in = max(1, subset - n_ood)
@@ -326,14 +357,16 @@ datasets.add("imagenet", DatasetInfo(
     splits=("val",), needs_root=True, default_benchmark="adversarial", factory=_imagenet_val))
 datasets.add("imagenet-a", DatasetInfo(
     "imagenet-a", "imagenet", 1000, "ImageNet-A (7,500), <root>/<wnid>/*.jpg, 200 classes (masked logits)",
-    splits=("test",), needs_root=True, default_benchmark="restricted", factory=_restricted("imagenet-a", "a")))
+    splits=("test",), needs_root=True, default_benchmark="restricted", samples="restricted",
+    factory=_restricted("imagenet-a", "a")))
 datasets.add("imagenet-r", DatasetInfo(
     "imagenet-r", "imagenet", 1000, "ImageNet-R (30,000), <root>/<wnid>/*.jpg, 200 classes (masked logits)",
-    splits=("test",), needs_root=True, default_benchmark="restricted", factory=_restricted("imagenet-r", "r")))
+    splits=("test",), needs_root=True, default_benchmark="restricted", samples="restricted",
+    factory=_restricted("imagenet-r", "r")))
 datasets.add("imagenet-o", DatasetInfo(
     "imagenet-o", "imagenet", 1000,
     "ImageNet-O (2,000 OOD) vs ImageNet val of its 200 wnids (10,000; --imagenet-root)",
-    splits=("test",), needs_root=True, default_benchmark="ood", factory=_imagenet_o))
+    splits=("test",), needs_root=True, default_benchmark="ood", samples="ood", factory=_imagenet_o))
 datasets.add("imagenet-v2", DatasetInfo(
     "imagenet-v2", "imagenet", 1000, "ImageNetV2 (10,000), <root>/<0..999>/*.jpeg, label = int(folder)",
     splits=("test",), needs_root=True, default_benchmark="adversarial", factory=_imagenet_v2))

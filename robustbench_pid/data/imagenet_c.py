@@ -1,8 +1,10 @@
 """ImageNet-C from the user's copy: ``<root>/[<category>/]<corruption>/<1..5>/<wnid>/*.JPEG`` (224x224).
 
 One sample per (corruption, severity, image): 3.75M for the full set, so samples are computed per
-index rather than held as objects. Files are already 224x224: only CenterCrop(size), never a
-resize (the bug RobustBench fixed in its issue #59). ``imagenet_root`` adds the clean condition,
+index rather than held as objects. Files are already 224x224 (checked per file): a 224 model takes them
+as they are, never resized or cropped again (the bug RobustBench fixed in its issue #59); a model of
+another input size gets the whole image resized to its side with its interpolation (a centre crop would
+pad a larger input with zeros), which provenance records. ``imagenet_root`` adds the clean condition,
 measured on the same (wnid, file) ImageNet val images with the model's usual transform.
 """
 from __future__ import annotations
@@ -16,22 +18,44 @@ from torch.utils.data import Dataset
 from ..errors import UserError
 from ..core.imagenet_info import CORRUPTIONS_15, CORRUPTIONS_EXTRA, IMAGENET_C_CATEGORIES, SEVERITIES, wnid_to_index
 from . import DatasetInfo, datasets
-from .imagenet import (choose_subset, dataset_root, eval_transform, ids_sha256, imagenet_root_option, load_image,
-                       readable, scan_wnid_folders, subdirs)
+from .imagenet import (choose_subset, dataset_root, eval_transform, ids_sha256, imagenet_root_option, input_side,
+                       interpolation, load_image, partial_tree, readable, scan_wnid_folders, subdirs)
+
+SIDE = 224  # every ImageNet-C file is 224x224 (Hendrycks & Dietterich 2019)
+
+
+def c_transform(model_info: Dict[str, Any]) -> Tuple[Any, Dict[str, Any]]:
+    """ImageNet-C's transform for this model and its description: none at 224, else a resize of the whole
+    224x224 image to the model's side."""
+    from torchvision import transforms as T
+
+    size = input_side(model_info)
+    if size == SIDE:
+        return T.ToTensor(), {"resize": None, "center_crop": None, "to_tensor": True, "normalize": "inside the model"}
+    interp, mode = interpolation(model_info)
+    return (T.Compose([T.Resize((size, size), interpolation=mode, antialias=True), T.ToTensor()]),
+            {"resize": f"{SIDE}x{SIDE} -> {size}x{size} (the model's input size; ImageNet-C files are {SIDE}x{SIDE})",
+             "interpolation": interp, "antialias": True, "center_crop": None, "to_tensor": True,
+             "normalize": "inside the model"})
 
 def scan_imagenet_c(root: Path, corruptions: Optional[Sequence[str]] = None) -> Dict[str, Path]:
     """corruption -> its folder, allowing one category level; checks the 1..5 severity folders."""
     known = set(CORRUPTIONS_15) | set(CORRUPTIONS_EXTRA)
     found: Dict[str, Path] = {}
+    def add(c: Path) -> None:
+        if c.name in found:
+            raise UserError(f"imagenet-c: corruption {c.name!r} is both {found[c.name]} and {c}; keep one of them")
+        found[c.name] = c
+
     for d in subdirs(root):
         if d.name in known:
-            found[d.name] = d
+            add(d)
         elif d.name in IMAGENET_C_CATEGORIES:
             for c in subdirs(d):
                 if c.name not in known:
                     raise UserError(f"imagenet-c: {c} is not an ImageNet-C corruption folder (valid: "
                                     f"{', '.join(CORRUPTIONS_15 + CORRUPTIONS_EXTRA)})")
-                found[c.name] = c
+                add(c)
         else:
             raise UserError(f"imagenet-c: {d} is neither a corruption folder nor a category folder "
                             f"({', '.join(IMAGENET_C_CATEGORIES)}); expected <root>/<corruption>/<1..5>/<wnid>/")
@@ -110,6 +134,9 @@ class ImageNetCFiles(Dataset):
     def __getitem__(self, i: int) -> Tuple[torch.Tensor, int]:
         cond = self.conds[i // len(self.keys)][0]
         img = load_image(self.path(i))
+        if cond != "clean" and img.size != (SIDE, SIDE):
+            raise UserError(f"imagenet-c: {self.path(i)} is {img.size[0]}x{img.size[1]}, not {SIDE}x{SIDE} as every "
+                            f"ImageNet-C file is; replace it with the file from the ImageNet-C archive")
         return self.transforms.get(cond, self.transform)(img), self.key_labels[i % len(self.keys)]
 
 
@@ -133,11 +160,13 @@ def _imagenet_c(split: str, root: Optional[str], model_info: Dict[str, Any], sub
             diff = sorted(set(keys) - have) or sorted(have - set(keys))
             what = "is missing" if set(keys) - have else "is not in the other conditions"
             raise UserError(f"imagenet-c: {folder / diff[0]} {what} (every condition must hold the same images)")
+    if subset is None:
+        extra.update(partial_tree("imagenet-c", {"imagenet-c": len(keys)}))
     if subset is not None:
         keys = [keys[i] for i in choose_subset(len(keys), subset, subset_seed)]
         extra["subset"] = {"n": subset, "seed": subset_seed, "rule": "the same sorted(default_rng(seed).choice("
                            "n, k, replace=False)) (wnid, file) pairs in every condition"}
-    tf, desc = eval_transform(model_info, resize=False)
+    tf, desc = c_transform(model_info)
     transforms: Dict[str, Any] = {}
     want_clean = clean if clean is not None else bool(imagenet_root)
     if want_clean:
@@ -154,4 +183,4 @@ def _imagenet_c(split: str, root: Optional[str], model_info: Dict[str, Any], sub
 
 datasets.add("imagenet-c", DatasetInfo(
     "imagenet-c", "imagenet", 1000, "ImageNet-C, <root>/[<category>/]<corruption>/<1..5>/<wnid>/*.JPEG (224x224)",
-    splits=("test",), needs_root=True, default_benchmark="imagenet_c", factory=_imagenet_c))
+    splits=("test",), needs_root=True, default_benchmark="imagenet_c", samples="corrupted", factory=_imagenet_c))

@@ -149,6 +149,7 @@ def build_spec(model: str, *, attack: Union[None, str, Sequence[str]] = None, ep
     ``analyze``: probes run on the attack's final points (``"attention"``: docs/benchmarks.md).
     ``converge``: the convergence ladder per eps (docs/attacks.md); ``converge_tol`` its stop share,
     ``converge_opt`` its other settings (``benchmarks/ladder.py`` ``LadderSpec``)."""
+    from ..benchmarks import check_dataset
     from ..data import dataset_info
 
     (allow_pickle, non_strict, skip_unreadable, compile, quiet, dry_run, indicators, trace), \
@@ -169,6 +170,8 @@ def build_spec(model: str, *, attack: Union[None, str, Sequence[str]] = None, ep
     specs = attack_specs(attack, eps, steps, step_size, param, suite)
     if benchmark is None:
         benchmark = dataset_info(dataset).default_benchmark
+    check_dataset(benchmark, dataset)
+    check_limit(dataset, limit)
     check_evidence(benchmark, protocol, precision, compile, indicators, trace, agreement)
     if benchmark == "adversarial" and not specs and (eps is not None or steps is not None or param):
         raise UserError("--eps/--steps/--param need --attack NAME or --suite NAME")
@@ -192,6 +195,21 @@ def build_spec(model: str, *, attack: Union[None, str, Sequence[str]] = None, ep
         shard=shard, quiet=quiet, arch_kwargs=arch_kwargs, analyze=analyses, indicators=bool(indicators),
         trace=bool(trace), agreement=int(agreement), converge=ladder,
     )
+
+
+def check_limit(dataset: str, limit: Optional[int]) -> None:
+    """``--limit N`` takes the first N samples: on ImageNet-C those are the first conditions' (gaussian noise at
+    severity 1 first), on ImageNet-O the in-distribution half, so the number would be of another benchmark."""
+    from ..data import dataset_info, datasets
+
+    if limit is None or dataset not in datasets:
+        return
+    kind = dataset_info(dataset).samples
+    if kind in ("corrupted", "ood"):
+        what, fix = (("the first conditions' images (gaussian noise at severity 1 first)", "the same images in every "
+                      "condition") if kind == "corrupted" else ("in-distribution images only", "both halves, in "
+                                                                 "their published ratio"))
+        raise UserError(f"--limit {limit} on {dataset} would take {what}; use --subset {limit} ({fix})")
 
 
 def check_types(flags: Mapping[str, Any], whole: Mapping[str, Any]) -> Tuple[List[bool], List[Optional[int]]]:

@@ -6,6 +6,8 @@ from typing import Dict, Mapping, Sequence, Tuple, Union
 
 import numpy as np
 
+from ...core.imagenet_info import SEVERITIES
+
 Z95 = 1.959963984540054  # two-sided 95% normal quantile
 
 
@@ -29,24 +31,48 @@ def wilson_interval(successes: int, n: int, z: float = Z95) -> Tuple[float, floa
 BaselineSpec = Union[str, Mapping[str, Union[float, Sequence[float]]]]
 
 
-def _mean_err(v: Union[float, Sequence[float]]) -> float:
-    """A per-corruption error given as one number (the mean over severities) or per severity."""
-    if isinstance(v, (int, float, np.floating)):
-        return float(v)
-    arr = np.asarray(list(v), dtype=float)
+def _rates(v: Union[float, Sequence[float]], what: str) -> np.ndarray:
+    """Error rates as an array, refused unless finite and in [0, 1]: an error in percent (30 for 30%)
+    would otherwise give a CE a hundred times too large."""
+    arr = np.atleast_1d(np.asarray(v if isinstance(v, (int, float, np.floating)) else list(v), dtype=float))
     if arr.size == 0:
-        raise ValueError("empty error list")
-    return float(arr.mean())
+        raise ValueError(f"empty error list for {what}")
+    if not np.all(np.isfinite(arr)) or arr.min() < 0 or arr.max() > 1:
+        raise ValueError(f"errors for {what} must be rates in [0, 1] (a top-1 error of 30% is 0.3), got "
+                         f"{arr.tolist()}")
+    return arr
 
 
-def _baseline(baseline: BaselineSpec) -> Dict[str, float]:
+def _mean_err(v: Union[float, Sequence[float]], what: str = "a corruption") -> float:
+    """A per-corruption error given as one number (the mean over severities) or per severity."""
+    return float(_rates(v, what).mean())
+
+
+def _severities(errs: Union[float, Sequence[float]], base: Union[float, Sequence[float]], c: str) -> None:
+    """Per-severity errors against a baseline: the ratio of means is CE only over the same severities, so a
+    list must cover all 5 against a published mean (AlexNet's) and match a per-severity baseline's length."""
+    n = None if isinstance(errs, (int, float, np.floating)) else len(list(errs))
+    nb = None if isinstance(base, (int, float, np.floating)) else len(list(base))
+    if n is None:
+        return
+    want = nb if nb is not None else len(SEVERITIES)
+    if n != want:
+        raise ValueError(f"{c}: {n} severities of errors against a baseline over {want}; CE compares the same "
+                         f"severities (give all {want}, or their mean as one number)")
+
+
+def _baseline_raw(baseline: BaselineSpec) -> Mapping[str, Union[float, Sequence[float]]]:
     if isinstance(baseline, str):
         if baseline.lower() != "alexnet":
             raise ValueError(f"unknown baseline {baseline!r}: pass 'alexnet' or a mapping corruption -> errors")
         from ...core.imagenet_info import ALEXNET_MEAN_ERR
 
         return dict(ALEXNET_MEAN_ERR)
-    return {k: _mean_err(v) for k, v in baseline.items()}
+    return baseline
+
+
+def _baseline(baseline: BaselineSpec) -> Dict[str, float]:
+    return {k: _mean_err(v, f"baseline {k}") for k, v in _baseline_raw(baseline).items()}
 
 
 def corruption_errors(errors: Mapping[str, Sequence[float]], baseline: BaselineSpec = "alexnet") -> Dict[str, float]:
@@ -56,6 +82,7 @@ def corruption_errors(errors: Mapping[str, Sequence[float]], baseline: BaselineS
     numbers of severities the ratio of sums is the ratio of means, so a baseline may be given as
     per-severity lists or as one mean error per corruption (how the AlexNet values are published).
     """
+    raw = _baseline_raw(baseline)
     base = _baseline(baseline)
     out: Dict[str, float] = {}
     for c, errs in errors.items():
@@ -63,7 +90,8 @@ def corruption_errors(errors: Mapping[str, Sequence[float]], baseline: BaselineS
             raise ValueError(f"no baseline error for corruption {c!r}")
         if base[c] <= 0:
             raise ValueError(f"baseline error for {c!r} is {base[c]}: CE is undefined")
-        out[c] = 100.0 * _mean_err(errs) / base[c]
+        _severities(errs, raw[c], c)
+        out[c] = 100.0 * _mean_err(errs, c) / base[c]
     return out
 
 
@@ -79,7 +107,10 @@ def relative_mean_corruption_error(errors: Mapping[str, Sequence[float]], clean_
                                    baseline: BaselineSpec = "alexnet",
                                    baseline_clean_error: float = 0.4348) -> float:
     """Relative mCE in percent: 100 x mean_c (mean_s E_{s,c} - E_clean) / (E^base_c - E^base_clean)."""
+    raw = _baseline_raw(baseline)
     base = _baseline(baseline)
+    clean_error = _mean_err(clean_error, "the clean error")
+    baseline_clean_error = _mean_err(baseline_clean_error, "the baseline's clean error")
     vals = []
     for c, errs in errors.items():
         if c not in base:
@@ -87,7 +118,8 @@ def relative_mean_corruption_error(errors: Mapping[str, Sequence[float]], clean_
         denom = base[c] - baseline_clean_error
         if denom == 0:
             raise ValueError(f"baseline error for {c!r} equals the baseline clean error: relative CE undefined")
-        vals.append((_mean_err(errs) - clean_error) / denom)
+        _severities(errs, raw[c], c)
+        vals.append((_mean_err(errs, c) - clean_error) / denom)
     if not vals:
         raise ValueError("no corruptions given")
     return 100.0 * float(np.mean(vals))

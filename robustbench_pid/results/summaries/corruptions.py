@@ -1,7 +1,7 @@
 """Tidy rows of corruption records (benchmarks ``corruptions`` and ``imagenet_c``).
 
 Rows (values in percent): ``top1``/``top5`` per condition; ``err_<corruption>`` (top-1 error averaged
-over the severities) and ``mean_err`` (over the 15 mCE corruptions), always; ``ce_<corruption>``,
+over the 5 severities, for a corruption run at all 5) and ``mean_err`` (over the 15 mCE corruptions), always; ``ce_<corruption>``,
 ``mce``, ``relative_mce`` when a baseline exists: AlexNet's published errors for ``imagenet`` and
 ``imagenet-c`` (ImageNet validation images), otherwise the model named by ``ce_baseline`` whose
 records for the same dataset, split and samples are in the same records / results store
@@ -74,9 +74,8 @@ def corruption_rows(records: pd.DataFrame, baseline: Optional[str] = None) -> pd
         cname = g["corruption"].replace("", "clean")
         n_per = {c: int((cname == c).sum() // max(1, len(errs.get(c, {})))) for c in errs}
         n = n_per.get("clean") or max(n_per.values(), default=0)
-        for c, bys in errs.items():
-            if c != "clean":
-                rows.append(_row(base, f"err_{c}", 100.0 * float(np.mean(list(bys.values()))), n_per[c], c))
+        for c in _complete(errs, [c for c in errs if c != "clean"]):  # a mean over some severities is another number
+            rows.append(_row(base, f"err_{c}", 100.0 * float(np.mean(list(errs[c].values()))), n_per[c], c))
         done15 = _complete(errs, CORRUPTIONS_15)
         if len(done15) == len(CORRUPTIONS_15):
             rows.append(_row(base, "mean_err", 100.0 * float(np.mean([np.mean(list(errs[c].values()))

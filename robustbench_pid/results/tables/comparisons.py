@@ -19,6 +19,7 @@ from ...core.imagenet_info import CORRUPTIONS_15
 from ..inputs import ACCURACY_METRICS, AGGREGATE_METRICS, CORRUPTION_METRICS, EPS_DECIMALS, as_inputs, model_order
 from ..stats.metrics import mean_corruption_error
 from ..summaries.adversarial import worst_case_records
+from ..summaries.corruptions import ALEXNET_DATASETS
 from ..stats.stats import average_precision, bootstrap_interval, mcnemar_exact, paired_bootstrap
 
 OOD_LABEL_COLUMNS = ("is_ood", "ood", "out_of_distribution", "positive")
@@ -84,7 +85,7 @@ def mce_statistic(conditions: Sequence[str], dataset: str, metric: str = "mce"):
     for an mCE outside ImageNet, normalized by another model's errors (``--ce-baseline``) that the matrix
     does not hold: a statistic of the matrix alone would measure something else than the cell."""
     corr = [CORRUPTION_CONDITION.match(c).group("corruption") for c in conditions]
-    if metric == "mce" and not dataset.startswith("imagenet"):
+    if metric == "mce" and dataset not in ALEXNET_DATASETS:
         return None, "mCE normalized by the --ce-baseline model's errors: no per-sample interval or paired test"
     if metric == "mce":
         def stat(err: np.ndarray) -> float:
