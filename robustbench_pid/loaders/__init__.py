@@ -16,6 +16,7 @@ returning a :class:`Loaded` (or a plain ``{name: tensor}`` mapping, which is has
 from __future__ import annotations
 
 import hashlib
+import warnings
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
@@ -41,6 +42,10 @@ class Loaded:
     notes: Tuple[str, ...] = field(default_factory=tuple)
     registry_name: str = ""  # the name in checkpoints/registry.toml ('' for any other source)
     published_hash: str = ""  # its published sha256 or hash prefix ('' when none)
+    # the architecture the weights were made for, where the source records it (embedded manifest, registry),
+    # and the architecture arguments they were trained with (None: not recorded)
+    made_for: str = ""
+    trained_with: Optional[Dict[str, Any]] = None
 
 
 # scheme -> function(name, *, allow_pickle) -> Loaded
@@ -137,17 +142,34 @@ def _as_loaded(obj: Any, spec: str, scheme: str) -> Loaded:
 
 
 def load_weights(net: torch.nn.Module, spec: str, *, allow_pickle: bool = False, strict: bool = True,
-                 checkpoint_dir: Optional[str] = None) -> Dict[str, Any]:
+                 checkpoint_dir: Optional[str] = None, arch: str = "",
+                 arch_kwargs: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
     """Load ``spec`` into ``net``; returns provenance (checkpoint, sha256, strictness, problems).
 
-    Strict (the default) refuses any missing, unexpected or wrongly shaped key and names them all;
-    non-strict loads every key that fits and records what did not in ``load_problems``.
+    Strict (the default) refuses any missing, unexpected or wrongly shaped key, any tensor timm's filter
+    had to resize, and weights whose source records another architecture than ``arch`` (PID, RPC and
+    FeatScale variants share their base model's keys, so shapes alone cannot tell), naming them all;
+    non-strict loads every key that fits and records what did not in ``load_problems``. Architecture
+    arguments (``arch_kwargs``) other than those the weights were trained with are an ablation: allowed,
+    said in a warning and recorded.
     """
     from .adapt import adapt_state_dict, check_fit
 
     loaded = read_checkpoint(spec, allow_pickle=allow_pickle, checkpoint_dir=checkpoint_dir)
-    sd, adaptations = adapt_state_dict(loaded.state_dict, net)
-    problems = check_fit(net, sd)
+    sd, adaptations, resized = adapt_state_dict(loaded.state_dict, net)
+    problems = check_fit(net, sd) + [f"{k} resized by timm's filter to fit: {a} -> {b} (the weights were made for "
+                                     f"another input or patch size)" for k, (a, b) in resized.items()]
+    if arch and loaded.made_for and loaded.made_for != arch:
+        problems.insert(0, f"the weights were made for architecture {loaded.made_for}, not {arch} (--model "
+                           f"{loaded.made_for} loads them into that architecture)")
+    trained = loaded.trained_with
+    changed = ({k: v for k, v in (arch_kwargs or {}).items() if trained.get(k, _DEFAULT) != v}
+               if trained is not None else {})
+    changed.update({k: _DEFAULT for k in (trained or {}) if k not in (arch_kwargs or {})})
+    if changed:
+        warnings.warn(f"checkpoint {spec}: evaluated with architecture arguments "
+                      f"{', '.join(f'{k}={v!r}' for k, v in changed.items())} other than those it was trained "
+                      f"with ({trained or 'the defaults'}): an ablation, recorded in the results", stacklevel=2)
     if problems and strict:
         raise CheckpointError(
             f"checkpoint {spec} does not fit {type(net).__name__}:\n  " + "\n  ".join(problems)
@@ -167,7 +189,17 @@ def load_weights(net: torch.nn.Module, spec: str, *, allow_pickle: bool = False,
         "strict": strict,
         "load_problems": problems,
         "loaded_keys": len(fitting),
+        **({"checkpoint_trained_with": trained} if trained is not None else {}),
+        **({"checkpoint_settings_changed": {k: repr(v) for k, v in changed.items()}} if changed else {}),
     }
+
+
+class _Default:
+    def __repr__(self) -> str:
+        return "<the architecture's default>"
+
+
+_DEFAULT = _Default()
 
 
 WRAPPER_KEYS = ("model", "state_dict", "model_state_dict", "state_dict_ema", "model_ema")

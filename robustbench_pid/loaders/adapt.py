@@ -18,9 +18,12 @@ def _strip(sd: Dict[str, torch.Tensor], prefix: str) -> Dict[str, torch.Tensor]:
     return {k[len(prefix):] if k.startswith(prefix) else k: v for k, v in sd.items()}
 
 
-def adapt_state_dict(sd: Dict[str, torch.Tensor], net: torch.nn.Module) -> Tuple[Dict[str, torch.Tensor], List[str]]:
-    """Return the state dict ready for ``net`` and the list of adaptations made."""
+def adapt_state_dict(sd: Dict[str, torch.Tensor], net: torch.nn.Module
+                     ) -> Tuple[Dict[str, torch.Tensor], List[str], Dict[str, Tuple[Tuple[int, ...], Tuple[int, ...]]]]:
+    """Return the state dict ready for ``net``, the list of adaptations made, and the tensors timm's filter
+    resized (key -> (shape before, shape after)): a strict load refuses those."""
     notes: List[str] = []
+    resized: Dict[str, Tuple[Tuple[int, ...], Tuple[int, ...]]] = {}
     for prefix in PREFIXES:
         if any(k.startswith(prefix) for k in sd):
             sd = _strip(sd, prefix)
@@ -51,11 +54,12 @@ def adapt_state_dict(sd: Dict[str, torch.Tensor], net: torch.nn.Module) -> Tuple
             for k, v in filtered.items():
                 if k in before and before[k] != tuple(v.shape):
                     notes.append(f"{k} resized by timm's filter: {before[k]} -> {tuple(v.shape)}")
+                    resized[k] = (before[k], tuple(v.shape))
             renamed = sorted(set(filtered) - set(before))
             if renamed:
                 notes.append(f"timm's filter renamed/added {len(renamed)} keys (e.g. {renamed[0]})")
             sd = filtered
-    return sd, notes
+    return sd, notes, resized
 
 
 def _filter_fn(net: torch.nn.Module):
@@ -116,6 +120,15 @@ def _layout_hint(own: Dict[str, torch.Tensor], sd: Dict[str, torch.Tensor]) -> s
                 "or pid_featscale_deit" if scale in sd else
                 "the checkpoint has no FeatScale scales (blocks.*.lamb1/lamb2): it is a plain DeiT/PID DeiT one; load it "
                 "with --model deit or pid_deit")
+    blocks = sorted({int(k.split(".")[1]) for k in sd if k.startswith("blocks.") and k.endswith(".attn.qkv.weight")})
+    sym = {b: sd[f"blocks.{b}.attn.qkv.weight"].shape[0] == 2 * sd[f"blocks.{b}.attn.qkv.weight"].shape[-1]
+           for b in blocks if sd[f"blocks.{b}.attn.qkv.weight"].ndim == 2}
+    mine = {b: own[f"blocks.{b}.attn.qkv.weight"].shape[0] == 2 * own[f"blocks.{b}.attn.qkv.weight"].shape[-1]
+            for b in sym if f"blocks.{b}.attn.qkv.weight" in own}
+    if sym and len(set(sym.values())) > 1 and mine != {b: sym[b] for b in mine}:
+        some = ", ".join(str(b) for b, s in sym.items() if s)
+        return (f"the checkpoint mixes symmetric (qkv of 2*dim rows in block(s) {some}) and standard attention, as "
+                f"RPC Sym/Asym DeiT checkpoints; load it with --model rpc_symasym_deit")
     k = "blocks.0.attn.qkv.weight"
     if k not in own or k not in sd or own[k].shape == sd[k].shape or sd[k].ndim != 2:
         return ""

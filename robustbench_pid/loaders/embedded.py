@@ -20,4 +20,5 @@ def load_embedded(name: str, *, allow_pickle: bool = False) -> Loaded:
             f"{path}: sha256 {digest} does not match the manifest ({entry['sha256']}); the file is corrupt or "
             f"was changed without `robustbench-pid train` updating the manifest"
         )
-    return Loaded(st_load(str(path), device="cpu"), str(path), digest, "embedded")
+    return Loaded(st_load(str(path), device="cpu"), str(path), digest, "embedded", made_for=entry["arch"],
+                  trained_with=dict(entry.get("arch_kwargs") or {}))

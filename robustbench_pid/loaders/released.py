@@ -30,4 +30,4 @@ def load_released(name: str, *, allow_pickle: bool = False, checkpoint_dir: Opti
     if not rel.published_hash:
         notes.append("no published hash in the registry: the file could not be verified")
     return Loaded(got.state_dict, got.path, got.sha256, "released", got.wrapper, tuple(notes) + got.notes,
-                  registry_name=name, published_hash=rel.published_hash)
+                  registry_name=name, published_hash=rel.published_hash, made_for=rel.architecture)

@@ -48,6 +48,12 @@ class PidGains:
     first_derivative: str = "zero-error"  # e^0 = 0; "none" drops the D term at layer 1
 
     def __post_init__(self) -> None:
+        negative = [k for k in ("lambda_p", "lambda_i", "lambda_d", "beta") if getattr(self, k) < 0]
+        if negative:  # 0 switches a term off (an ablation); a negative gain inverts the controller
+            raise ValueError(f"PID gains must be >= 0 (PIDformer: lambda > 0, beta in (0, 1]; 0 switches a term "
+                             f"off), got {', '.join(f'{k}={getattr(self, k)!r}' for k in negative)}")
+        if self.beta > 1:
+            raise ValueError(f"beta must be at most 1 (PIDformer: beta in (0, 1]), got {self.beta!r}")
         if self.first_derivative not in ("zero-error", "none"):
             raise ValueError(
                 f"first_derivative must be 'zero-error' or 'none', got {self.first_derivative!r}"

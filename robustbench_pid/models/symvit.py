@@ -59,6 +59,7 @@ class RpcConfig:
     def __post_init__(self) -> None:
         if int(self.pap_iterations) != self.pap_iterations or self.pap_iterations < 0:
             raise ValueError(f"pap_iterations must be a whole number >= 0, got {self.pap_iterations!r}")
+        object.__setattr__(self, "pap_iterations", int(self.pap_iterations))  # 2.0 from JSON counts as 2
         if not self.pap_lambda > 0:
             raise ValueError(f"pap_lambda must be > 0, got {self.pap_lambda!r}")
         if self.pap_convention not in CONVENTIONS:

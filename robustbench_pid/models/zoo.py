@@ -6,6 +6,7 @@ ImageNet; ``--model timm:NAME`` is any timm architecture; a registered timm name
 from __future__ import annotations
 
 import inspect
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Dict, Optional, Set
 
@@ -31,6 +32,8 @@ class ModelEntry:
 
 
 zoo: Registry[ModelEntry] = Registry("model")
+# The DeiT repo evaluates all three sizes at crop 0.875 (its eval_crop_ratio); timm's deit configs say 0.9.
+DEIT_RELEASE_CROP: Dict[str, float] = {f"deit_{s}_patch16_224": 0.875 for s in ("tiny", "small", "base")}
 
 # The DeiT repo evaluates with Resize 256 / CenterCrop 224 (crop_pct 0.875); timm's deit cfg says 0.9.
 zoo.add("deit", ModelEntry(
@@ -81,8 +84,8 @@ def resolve_model(model: str, dataset_family: str, checkpoint: Optional[str] = N
             )
         return ResolvedModel(model, entry.archs[dataset_family], ckpt, dict(entry.arch_kwargs),
                              entry.crop_pct.get(dataset_family))
-    if timm.is_model(model):
-        return ResolvedModel(model, model, checkpoint, {}, None)
+    if timm.is_model(model):  # a registered name: the DeiT releases at the DeiT repo's crop ("timm:" keeps timm's)
+        return ResolvedModel(model, model, checkpoint, {}, DEIT_RELEASE_CROP.get(model))
     valid = ", ".join(zoo.names())
     raise UserError(f"unknown model {model!r}.{_did_you_mean(model)} Valid models: {valid}, timm:<any timm name>, "
                     f"or a registered timm name (`robustbench-pid models` lists them)")
@@ -141,6 +144,13 @@ def check_arch_kwargs(res: "ResolvedModel", kwargs: Dict[str, Any], num_classes:
     finite_kwargs(kwargs, res.alias)
     if not kwargs:
         return
+    if "num_classes" in kwargs:
+        raise UserError(f"model {res.alias!r}: the class count comes from the dataset ({num_classes} classes); drop "
+                        f"--model-arg num_classes")
+    unset = [k for k, v in kwargs.items() if v is None]
+    if unset:  # timm drops None keyword arguments: the default would run while None is recorded
+        raise UserError(f"model {res.alias!r} ({res.arch}): architecture argument(s) {', '.join(unset)} set to None; "
+                        f"give a value or leave them out for the default")
     for k, v in kwargs.items():
         values = v if isinstance(v, (list, tuple)) else [v]
         if k in NUMERIC_ARCH and not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in values):
@@ -209,10 +219,18 @@ def load_model(
                         f"Fix the --model-arg / --lambda-* value(s)") from None
     ckinfo: Dict[str, Any] = {"checkpoint": None, "checkpoint_sha256": None, "checkpoint_name": "",
                               "checkpoint_published_hash": ""}
-    if res.checkpoint is not None:
+    if res.checkpoint is None:
+        warnings.warn(f"model {res.alias!r} ({res.arch}) has no checkpoint: its weights are timm's random "
+                      f"initialisation, so its numbers measure nothing trained; pass --checkpoint PATH (Python: "
+                      f"checkpoint=...)", stacklevel=2)
+    else:
         ckinfo = load_weights(net, res.checkpoint, allow_pickle=allow_pickle, strict=strict,
-                              checkpoint_dir=checkpoint_dir)
+                              checkpoint_dir=checkpoint_dir, arch=res.arch,
+                              arch_kwargs={**kwargs, **robustness_settings(net)})
     cfg = net.pretrained_cfg
+    # timm does not update its config's input_size for img_size=: the patch embedding knows what the net takes
+    built = getattr(getattr(net, "patch_embed", None), "img_size", None)
+    input_size = [cfg["input_size"][0], *built] if built is not None else list(cfg["input_size"])
     wrapped = Normalized(net, cfg["mean"], cfg["std"])
     wrapped.info = {
         "model": res.alias,
@@ -221,7 +239,7 @@ def load_model(
         "num_classes": info.num_classes,
         "mean": list(cfg["mean"]),
         "std": list(cfg["std"]),
-        "input_size": list(cfg["input_size"]),
+        "input_size": [int(v) for v in input_size],
         "interpolation": cfg.get("interpolation"),
         "crop_pct": res.crop_pct if res.crop_pct is not None else cfg.get("crop_pct"),
         **ckinfo,
