@@ -204,3 +204,22 @@ def test_no_attack_changes_the_model_it_is_given(name, digits_batch):
     x, y = digits_batch
     make_attack(name, **CHEAP[name])(m, x[:2], y[:2], generator=torch.Generator().manual_seed(0))
     assert model_state(m) == before
+
+
+def test_a_timm_network_given_without_its_normalisation_is_warned_about():
+    """A timm network's config names the normalisation it was trained with; wrapping it without mean=/std=
+    feeds it unnormalised pixels, so that is said (and nothing is said once mean=/std= are given)."""
+    import warnings
+
+    import timm
+
+    from robustbench_pid.run.objects import wrap_model
+
+    net = timm.create_model("deit_digits_patch4_32", num_classes=10)
+    with pytest.warns(UserWarning, match=r"timm config names mean=\[.*no mean=/std= was given"):
+        wrap_model(net, None, None, "raw", None)
+    cfg = net.pretrained_cfg
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        wrapped = wrap_model(net, list(cfg["mean"]), list(cfg["std"]), "normalised", None)
+    assert wrapped.info["mean"] == [float(v) for v in cfg["mean"]]

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import warnings
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -86,6 +87,11 @@ def wrap_model(obj: Any, mean: Optional[Sequence[float]] = None, std: Optional[S
     # a timm network knows its evaluation size and resize (used by registered datasets' transforms;
     # its normalisation is not guessed: that is mean=/std=)
     cfg = dict(getattr(model.net, "pretrained_cfg", None) or {})
+    if mean is None and not isinstance(src, Normalized) and cfg.get("mean") is not None and (
+            [float(v) for v in cfg["mean"]] != mean_l or [float(v) for v in cfg.get("std", std_l)] != std_l):
+        warnings.warn(f"the model's timm config names mean={list(cfg['mean'])} std={list(cfg.get('std', []))}, but no "
+                      f"mean=/std= was given: it gets [0, 1] pixels unnormalised; pass mean=/std= if it expects "
+                      f"normalised input", stacklevel=3)
     model.info = {
         "model": name or (old.get("model") if old else None) or type(src).__name__,
         "arch": arch, "arch_kwargs": dict(old.get("arch_kwargs", {})),
