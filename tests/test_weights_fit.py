@@ -99,3 +99,22 @@ def test_deit_releases_evaluate_at_the_deit_crop_and_timm_names_keep_timms():
     for size in ("tiny", "small", "base"):
         assert resolve_model(f"deit_{size}_patch16_224", "imagenet").crop_pct == 0.875
     assert resolve_model("timm:deit_small_patch16_224", "imagenet").crop_pct is None  # timm's own config (0.9)
+
+
+def test_on_the_command_line_a_warning_is_one_line_without_source_path():
+    """While a verb runs, a user-facing warning prints as `warning: ...`, like the CLI's errors (no Python source
+    path and line); other warnings keep Python's format, and the format is restored when the verb returns."""
+    from robustbench_pid.cli import _guard
+
+    before = warnings.formatwarning
+    seen = {}
+
+    def verb(args):
+        seen["user"] = warnings.formatwarning("weights are random", UserWarning, "/x/zoo.py", 7)
+        seen["other"] = warnings.formatwarning("old API", DeprecationWarning, "/x/zoo.py", 7)
+        return 0
+
+    assert _guard(verb, None) == 0
+    assert seen["user"] == "warning: weights are random\n"
+    assert "zoo.py:7" in seen["other"] and "DeprecationWarning" in seen["other"]
+    assert warnings.formatwarning is before

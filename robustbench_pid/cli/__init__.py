@@ -10,6 +10,7 @@ import importlib
 import pkgutil
 import re
 import sys
+import warnings
 from types import ModuleType
 from typing import Dict, List, Optional
 
@@ -30,7 +31,18 @@ def verbs() -> Dict[str, ModuleType]:
     return dict(sorted(out.items()))
 
 
+def _format_warning(message, category, filename, lineno, line=None) -> str:
+    """On the command line a warning meant for the user is one line, like an error: no source path and line."""
+    if issubclass(category, UserWarning):
+        return f"warning: {message}\n"
+    return _DEFAULT_FORMAT(message, category, filename, lineno, line)
+
+
+_DEFAULT_FORMAT = warnings.formatwarning
+
+
 def _guard(fn, args) -> int:
+    warnings.formatwarning = _format_warning  # restored when the verb returns (tests call verbs in-process)
     try:
         return int(fn(args) or 0)
     except (UserError, UnknownNameError) as exc:
@@ -50,6 +62,8 @@ def _guard(fn, args) -> int:
     except KeyboardInterrupt:
         print("interrupted: finished work units are kept; re-run the same command to resume", file=sys.stderr)
         return 130
+    finally:
+        warnings.formatwarning = _DEFAULT_FORMAT
 
 
 _NEGATIVE = re.compile(r"^-\.?\d")  # -2/255, -0.1, -.5: a value, never an option name
