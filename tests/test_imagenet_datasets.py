@@ -107,6 +107,9 @@ def test_imagenet_o_in_distribution_is_the_200_o_folders(tmp_path, monkeypatch):
     sub = load_dataset("imagenet-o", "test", str(tmp_path / "o"), model_info=DEIT_INFO, subset=24, subset_seed=0,
                        imagenet_root=str(tmp_path / "in"))
     assert sub.provenance["subset"]["n_ood"] == 1 and sub.provenance["subset"]["n_in"] == 23
+    with pytest.raises(UserError, match="--subset 1 is too small: AUPR needs images of both halves"):
+        load_dataset("imagenet-o", "test", str(tmp_path / "o"), model_info=DEIT_INFO, subset=1,
+                     imagenet_root=str(tmp_path / "in"))
 
 
 def _imagenet_c_tree(root: Path, wnids, per: int = 1, corruptions=CORRUPTIONS_15, category: bool = True):

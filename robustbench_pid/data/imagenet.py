@@ -315,6 +315,9 @@ def _imagenet_o(split: str, root: Optional[str], model_info: Dict[str, Any], sub
     if subset is None:
         extra.update(partial_tree("imagenet-o", {"imagenet-o": len(ood), "imagenet-o-in": len(ind)}))
     if subset is not None:
+        if subset < 2:
+            raise UserError(f"imagenet-o: --subset {subset} is too small: AUPR needs images of both halves (OOD and "
+                            f"in-distribution); use --subset 2 or more")
         n_ood = max(1, round(subset * len(ood) / (len(ood) + len(ind))))
         n_in = max(1, subset - n_ood)
         ind = [ind[i] for i in choose_subset(len(ind), n_in, subset_seed)]
