@@ -223,3 +223,23 @@ def test_a_timm_network_given_without_its_normalisation_is_warned_about():
         warnings.simplefilter("error")
         wrapped = wrap_model(net, list(cfg["mean"]), list(cfg["std"]), "normalised", None)
     assert wrapped.info["mean"] == [float(v) for v in cfg["mean"]]
+
+
+def test_a_samples_random_start_does_not_depend_on_which_other_samples_are_attacked(tmp_path, net, xy):
+    """The standard protocol attacks only the clean-top-5-correct samples; their random starts are drawn for the
+    whole batch and taken at the attacked rows, so a sample's start (and so its result) is the same whether or
+    not a neighbour is attacked: common random numbers hold for two models whose clean top-5 sets differ."""
+    n, mean, std = net
+    x, y = xy
+    x, y = x[:8], y[:8].clone()
+    kw = dict(model=n, mean=mean, std=std, device="cpu", attack="pgd", eps="8/255", steps=1, batch_size=8)
+    base = _records(rbp.evaluate(data=(x, y), out=tmp_path / "a", **kw))
+    with torch.no_grad():
+        logits = rbp.load_model("pid_deit")(x[:1])  # the same weights, as a [0, 1]-pixel model
+    y2 = y.clone()
+    y2[0] = int(logits.argmin())  # the least likely class: sample 0 is not clean-top-5 correct, so not attacked
+    other = _records(rbp.evaluate(data=(x, y2), out=tmp_path / "b", **kw))
+    adv = lambda r: r[r["attack"] == "pgd"].reset_index(drop=True)  # noqa: E731
+    a, b = adv(base), adv(other)
+    assert bool(a["attacked"].iloc[0]) and not bool(b["attacked"].iloc[0])
+    pd.testing.assert_series_equal(a["pert_l2"].iloc[1:], b["pert_l2"].iloc[1:], check_exact=True)

@@ -70,7 +70,7 @@ class CW(Attack):
             to_x = lambda w: lo + (hi - lo) * (torch.tanh(w) + 1) / 2  # noqa: E731
         else:
             w0 = x.clone()
-            to_x = lambda w: w  # noqa: E731
+            to_x = lambda w: w.clone()  # noqa: E731  (a non-leaf: no autocast cache may hold a stale copy)
         c = torch.full((n,), self.c_init, device=x.device)
         c_lo = torch.zeros(n, device=x.device)
         c_hi = torch.full((n,), float("inf"), device=x.device)

@@ -142,7 +142,9 @@ class Counted(torch.nn.Module):
                     self.per_backward += torch.bincount(who, minlength=len(self.per_backward)).double()
 
             out.register_hook(hook)
-        return out
+        # under autocast the logits are half precision; the library writes them into fp32 buffers (Square's
+        # margins), so they leave here as fp32 whatever precision the passes ran in
+        return out.float() if out.is_floating_point() and out.dtype != torch.float32 else out
 
     def settle(self, telemetry: Optional[Telemetry]) -> None:
         if telemetry is None or not telemetry.n:

@@ -50,7 +50,7 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 import torch
 
 from ..attacks import make_attack
-from ..attacks.base import still_correct
+from ..attacks.base import aligned_draws, still_correct
 from ..runtime.device import attack_precision
 from ..runtime.health import check_finite
 from ..specs import Unit, chunks
@@ -145,7 +145,10 @@ def attack_batches(ctx: Any, unit: Unit) -> Iterator[AttackedBatch]:
             sel = attacked.nonzero().squeeze(1)
             state = gen.get_state() if evidence.generator_state(ctx) else None
             if len(sel):
-                with attack_precision(ctx.device, ctx.spec.precision):
+                # draws made for the whole batch, then taken at the attacked rows: a sample's random start does
+                # not depend on which other samples are attacked (common random numbers across models whose
+                # clean top-5 sets differ, and rbp.attack on the same batch draws the same)
+                with attack_precision(ctx.device, ctx.spec.precision), aligned_draws(len(x), sel.cpu()):
                     x_adv[sel] = attack(ctx.attacked_model(), x[sel], y[sel], bounds=(0.0, 1.0), generator=gen,
                                         trace=evidence.wants_trace(ctx))
                 check_finite(x_adv[sel], ctx, unit, "attack")

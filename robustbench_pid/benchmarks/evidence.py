@@ -158,7 +158,7 @@ def _agreement(ctx: Any, b: Any, sel: torch.Tensor, gen_state: torch.Tensor) -> 
     g = torch.Generator().manual_seed(0)
     g.set_state(gen_state)
     attack = make_attack(b.attack.name, **b.attack.params())
-    with aligned_draws(len(sel), r):
+    with aligned_draws(n, idx.cpu()):  # the attack's draws were made for the whole batch (adversarial.py)
         x32 = attack(ctx.model, b.x[idx], b.y[idx], bounds=(0.0, 1.0), generator=g)
     with torch.inference_mode():
         logits32 = ctx.model(x32).float()

@@ -81,7 +81,10 @@ def attack_precision(device: torch.device, precision: str) -> Iterator[None]:
     check_precision(device, precision)
     dtype = torch.bfloat16 if precision == "bf16" else torch.float16
     # CPU autocast (bf16) runs the same code path as CUDA's, so CI exercises it on every machine
-    with torch.autocast(device.type, dtype=dtype):
+    # no weight cache: the parameters never require grad here, and the cache would keep the first
+    # half-precision copy of an input leaf that requires grad (CW's paper-protocol Adam variable, each step's
+    # input) for the whole context: a leaf changed in place would not be seen again, and memory would grow
+    with torch.autocast(device.type, dtype=dtype, cache_enabled=False):
         yield
 
 

@@ -52,6 +52,18 @@ def run_library(attack: Attack, model: torch.nn.Module, x: torch.Tensor, y: torc
     return project_linf(back(u_adv.detach()), x, attack.eps, bounds)
 
 
+def need_classes(model: torch.nn.Module, x: torch.Tensor, least: int, what: str) -> int:
+    """The model's class count, refused below ``least``: the DLR loss reads the third (targeted: fourth)
+    largest logit, so the library fails with an IndexError on fewer classes."""
+    from ...errors import UserError
+
+    n = classes_of(model, x)
+    if n < least:
+        raise UserError(f"attack {what} needs a model of at least {least} classes (its DLR loss reads the "
+                        f"{least - 1}rd-largest logit and beyond); this model has {n}: use apgd_ce or loss='ce'")
+    return n
+
+
 def classes_of(model: torch.nn.Module, x: torch.Tensor) -> int:
     """Number of classes, from one forward pass of a single image (targeted attacks need it)."""
     with torch.no_grad():

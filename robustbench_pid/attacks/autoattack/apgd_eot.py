@@ -14,7 +14,7 @@ from typing import Tuple
 import torch
 
 from .. import attacks
-from ._library import quiet_logger, run_library
+from ._library import need_classes, quiet_logger, run_library
 from ..base import Attack, Bounds
 
 
@@ -60,4 +60,6 @@ class APGDEOT(Attack):
             return APGDAttack(net, n_iter=self.steps, norm="Linf", n_restarts=self.restarts, eps=eps, seed=seed,
                               loss=self.loss, eot_iter=self.eot_iter, device=x.device, logger=quiet_logger())
 
+        if self.loss == "dlr":
+            need_classes(model, x, 3, "'apgd_eot' with loss 'dlr'")
         return run_library(self, model, x, y, bounds, generator, build)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import torch
 
 from .. import attacks
-from ._library import quiet_logger, run_library
+from ._library import need_classes, quiet_logger, run_library
 from ..base import Attack, Bounds
 
 
@@ -49,4 +49,6 @@ class APGDStrong(Attack):
             return APGDAttack(net, n_iter=self.steps, norm="Linf", n_restarts=self.restarts, eps=eps, seed=seed,
                               loss=self.loss, device=x.device, logger=quiet_logger())
 
+        if self.loss == "dlr":
+            need_classes(model, x, 3, "'apgd_strong' with loss 'dlr'")
         return run_library(self, model, x, y, bounds, generator, build)

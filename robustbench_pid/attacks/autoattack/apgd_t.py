@@ -14,7 +14,7 @@ from typing import Tuple
 import torch
 
 from .. import attacks
-from ._library import classes_of, n_targets, quiet_logger, run_library
+from ._library import n_targets, need_classes, quiet_logger, run_library
 from ..base import Attack, Bounds
 
 
@@ -45,7 +45,7 @@ class APGDT(Attack):
                 generator: torch.Generator) -> torch.Tensor:
         from pyautoattack.autopgd_base import APGDAttack_targeted
 
-        k = n_targets(self.targets, classes_of(model, x))
+        k = n_targets(self.targets, need_classes(model, x, 4, "'apgd_t'"))
 
         def build(net: torch.nn.Module, eps: float, seed: int) -> APGDAttack_targeted:
             return APGDAttack_targeted(net, n_iter=self.steps, norm="Linf", n_restarts=self.restarts, eps=eps,
