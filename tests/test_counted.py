@@ -82,3 +82,52 @@ def test_square_charges_each_sample_its_own_queries():
     assert float(fwd[~broken].min()) > float(fwd[broken].min())
     assert float(fwd[~broken].min()) >= 200
     assert len(set(fwd.tolist())) > 2  # not one batch mean for all
+
+
+def test_identical_images_share_the_rows_no_nearness_can_tell_apart():
+    """A dataset may hold one image twice: rows near both copies are pooled and split equally, instead of
+    all going to the first copy (the total stays every image the model saw)."""
+    net, x, y = _model_and_data()
+    xb = torch.cat([x[:5], x[2:3]])  # row 5 is a copy of row 2
+    c = Counted(net, xb)
+    with torch.no_grad():
+        c(xb)  # each row once: both copies' rows land on row 2 (argmin takes the first)
+        c((xb[[2, 2, 2, 4]] + 0.01).clamp(0, 1))
+    t = Telemetry(len(xb), torch.device("cpu"))
+    c.settle(t)
+    assert t.forward.tolist() == [1.0, 1.0, 2.5, 1.0, 2.0, 2.5]
+    assert float(t.forward.sum()) == c.n_forward == 10
+
+
+def test_the_class_count_probe_of_targeted_attacks_is_charged_and_clamped_targets_are_said():
+    import warnings
+
+    from robustbench_pid.attacks.autoattack._library import classes_of, n_targets
+
+    net, x, y = _model_and_data()
+    attack = make_attack("fab_t", eps=0.1, steps=2, targets=3)
+    attack.telemetry = Telemetry(len(x), torch.device("cpu"))
+    assert classes_of(attack, net, x) == 10
+    assert attack.telemetry.forward.tolist() == [1.0] + [0.0] * (len(x) - 1)  # the first image's pass
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert n_targets(9, 10, "'apgd_t'") == 9  # within the classes: nothing said
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        assert n_targets(50, 10, "'apgd_t'") == 9
+    assert len(w) == 1 and "targets=50" in str(w[0].message) and "targets=9" in str(w[0].message)
+
+    class Rows(torch.nn.Module):  # every image the model sees, probe included
+        def __init__(self) -> None:
+            super().__init__()
+            self.net, self.n = net, 0
+
+        def forward(self, z: torch.Tensor) -> torch.Tensor:
+            self.n += len(z)
+            return self.net(z)
+
+    seen = Rows()
+    with torch.no_grad():
+        ok = net(x).argmax(1) == y
+    attack(seen, x[ok][:6], y[ok][:6], bounds=(0.0, 1.0), generator=torch.Generator().manual_seed(0))
+    assert float(attack.telemetry.forward.sum()) == seen.n

@@ -45,7 +45,6 @@ class Telemetry:
         self.ever_adversarial = z(torch.bool)
         self.keep_trace = trace
         self._steps: List[Tuple[Optional[torch.Tensor], torch.Tensor]] = []
-        self.extra_forward = 0  # forward images the attack spent that no sample was charged for
 
     def charge(self, rows: Optional[torch.Tensor], forward: int = 1, backward: int = 0) -> None:
         """Passes spent on ``rows`` (indices into the batch; None: every sample) without a loss value."""
@@ -101,8 +100,9 @@ class Counted(torch.nn.Module):
     is charged to the sample it is nearest to in L-inf (an attack's iterate stays within eps of its own
     image, and two test images are much further apart than 2 eps), so records carry per-sample counts;
     without them :meth:`settle` charges every sample the batch mean (the mean passes per sample of a
-    condition are exact either way). Attribution costs one (rows x batch) distance per call, about a
-    percent of a forward pass of the models here."""
+    condition are exact either way). Identical clean images (a dataset may hold one image twice) cannot
+    be told apart by nearness: their rows are pooled and shared equally by the copies. Attribution costs
+    one (rows x batch) distance per call, about a percent of a forward pass of the models here."""
 
     def __init__(self, net: torch.nn.Module, originals: Optional[torch.Tensor] = None) -> None:
         super().__init__()
@@ -114,6 +114,16 @@ class Counted(torch.nn.Module):
         # on the batch's device: counting must not make the attack wait for the host every call
         self.per_forward = torch.zeros(n, dtype=torch.float64, device=dev)
         self.per_backward = torch.zeros(n, dtype=torch.float64, device=dev)
+        self._group = None if originals is None else _copies(self._orig)
+
+    def _shared(self, counts: torch.Tensor) -> torch.Tensor:
+        """Counts charged to the first of identical images, pooled and split equally among its copies."""
+        if self._group is None:
+            return counts
+        first, size = self._group
+        dev = counts.device
+        pooled = torch.zeros_like(counts).index_add_(0, first.to(dev), counts)
+        return pooled[first.to(dev)] / size.to(dev, counts.dtype)
 
     def owners(self, x: torch.Tensor) -> Optional[torch.Tensor]:
         """Index of the nearest original (L-inf) of each row of ``x``; None without originals or on a
@@ -151,8 +161,22 @@ class Counted(torch.nn.Module):
             return
         if self._orig is not None and len(self.per_forward) == telemetry.n:
             dev = telemetry.forward.device
-            telemetry.forward += self.per_forward.to(dev, telemetry.forward.dtype)
-            telemetry.backward += self.per_backward.to(dev, telemetry.backward.dtype)
+            telemetry.forward += self._shared(self.per_forward).to(dev, telemetry.forward.dtype)
+            telemetry.backward += self._shared(self.per_backward).to(dev, telemetry.backward.dtype)
         else:
             telemetry.forward += self.n_forward / telemetry.n
             telemetry.backward += self.n_backward / telemetry.n
+
+
+def _copies(flat: torch.Tensor) -> Optional[Tuple[torch.Tensor, torch.Tensor]]:
+    """For images given as rows: (index of the first identical row, number of identical rows) per row,
+    or None when all rows differ (the usual case: nothing to share)."""
+    if len(flat) < 2:
+        return None
+    _, inverse, counts = torch.unique(flat, dim=0, return_inverse=True, return_counts=True)
+    if int(counts.max()) < 2:
+        return None
+    n = len(flat)
+    first = torch.full((len(counts),), n, dtype=torch.long, device=flat.device)
+    first = first.scatter_reduce(0, inverse, torch.arange(n, device=flat.device), reduce="amin")
+    return first[inverse], counts[inverse]

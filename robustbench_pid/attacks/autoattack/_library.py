@@ -11,6 +11,7 @@ warnings go to a silent logger: the harness reports gradients itself.
 from __future__ import annotations
 
 import logging
+import warnings
 from typing import Any, Callable, Optional
 
 import torch
@@ -31,10 +32,14 @@ def quiet_logger() -> logging.Logger:
     return _QUIET
 
 
-def n_targets(requested: int, n_classes: int) -> int:
+def n_targets(requested: int, n_classes: int, what: str) -> int:
     """Target classes a targeted attack can use: at most ``n_classes - 1`` (the library indexes
-    the sorted logits by target rank and would fail beyond that)."""
-    return max(1, min(int(requested), int(n_classes) - 1))
+    the sorted logits by target rank and would fail beyond that); fewer than requested is said."""
+    k = max(1, min(int(requested), int(n_classes) - 1))
+    if k < int(requested):
+        warnings.warn(f"attack {what}: targets={requested} but this model has only {n_classes - 1} classes besides "
+                      f"the true one; it runs with targets={k}", UserWarning, stacklevel=3)
+    return k
 
 
 def run_library(attack: Attack, model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, bounds: Bounds,
@@ -52,19 +57,23 @@ def run_library(attack: Attack, model: torch.nn.Module, x: torch.Tensor, y: torc
     return project_linf(back(u_adv.detach()), x, attack.eps, bounds)
 
 
-def need_classes(model: torch.nn.Module, x: torch.Tensor, least: int, what: str) -> int:
+def need_classes(attack: Attack, model: torch.nn.Module, x: torch.Tensor, least: int, what: str) -> int:
     """The model's class count, refused below ``least``: the DLR loss reads the third (targeted: fourth)
     largest logit, so the library fails with an IndexError on fewer classes."""
     from ...errors import UserError
 
-    n = classes_of(model, x)
+    n = classes_of(attack, model, x)
     if n < least:
         raise UserError(f"attack {what} needs a model of at least {least} classes (its DLR loss reads the "
                         f"{least - 1}rd-largest logit and beyond); this model has {n}: use apgd_ce or loss='ce'")
     return n
 
 
-def classes_of(model: torch.nn.Module, x: torch.Tensor) -> int:
-    """Number of classes, from one forward pass of a single image (targeted attacks need it)."""
+def classes_of(attack: Attack, model: torch.nn.Module, x: torch.Tensor) -> int:
+    """Number of classes, from one forward pass of the first image (targeted attacks need it); the pass
+    is charged to that sample in the attack's telemetry, so the pass counts stay complete."""
     with torch.no_grad():
-        return int(model(x[:1]).shape[1])
+        n = int(model(x[:1]).shape[1])
+    if attack.telemetry is not None:
+        attack.telemetry.charge(torch.zeros(1, dtype=torch.long, device=attack.telemetry.forward.device))
+    return n

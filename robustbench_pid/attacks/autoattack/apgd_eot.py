@@ -61,5 +61,5 @@ class APGDEOT(Attack):
                               loss=self.loss, eot_iter=self.eot_iter, device=x.device, logger=quiet_logger())
 
         if self.loss == "dlr":
-            need_classes(model, x, 3, "'apgd_eot' with loss 'dlr'")
+            need_classes(self, model, x, 3, "'apgd_eot' with loss 'dlr'")
         return run_library(self, model, x, y, bounds, generator, build)

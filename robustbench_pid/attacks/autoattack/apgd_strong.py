@@ -50,5 +50,5 @@ class APGDStrong(Attack):
                               loss=self.loss, device=x.device, logger=quiet_logger())
 
         if self.loss == "dlr":
-            need_classes(model, x, 3, "'apgd_strong' with loss 'dlr'")
+            need_classes(self, model, x, 3, "'apgd_strong' with loss 'dlr'")
         return run_library(self, model, x, y, bounds, generator, build)

@@ -45,7 +45,7 @@ class APGDT(Attack):
                 generator: torch.Generator) -> torch.Tensor:
         from pyautoattack.autopgd_base import APGDAttack_targeted
 
-        k = n_targets(self.targets, need_classes(model, x, 4, "'apgd_t'"))
+        k = n_targets(self.targets, need_classes(self, model, x, 4, "'apgd_t'"), "'apgd_t'")
 
         def build(net: torch.nn.Module, eps: float, seed: int) -> APGDAttack_targeted:
             return APGDAttack_targeted(net, n_iter=self.steps, norm="Linf", n_restarts=self.restarts, eps=eps,

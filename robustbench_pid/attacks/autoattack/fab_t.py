@@ -44,7 +44,7 @@ class FABT(Attack):
                 generator: torch.Generator) -> torch.Tensor:
         from pyautoattack.fab_pt import FABAttack_PT
 
-        k = n_targets(self.targets, classes_of(model, x))
+        k = n_targets(self.targets, classes_of(self, model, x), "'fab_t'")
 
         def build(net: torch.nn.Module, eps: float, seed: int) -> FABAttack_PT:
             return FABAttack_PT(net, norm="Linf", n_restarts=self.restarts, n_iter=self.steps, eps=eps, seed=seed,
