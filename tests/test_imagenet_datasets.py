@@ -329,3 +329,39 @@ def test_a_data_root_for_a_built_in_dataset_is_refused(tmp_path):
         load_dataset("digits", "test", str(tmp_path))
     with pytest.raises(UserError, match="'digits' does not take --skip-unreadable"):
         build_spec("pid_deit", skip_unreadable=True)  # refused when the spec is built, before any work
+
+
+@pytest.mark.parametrize("crop_mode", ["center", "squash", "border"])
+def test_eval_transform_honours_timms_crop_mode_pixel_for_pixel(crop_mode):
+    """timm configs name how an image meets the input square (centre crop, squash, or pad): the transform is
+    timm's own, pixel for pixel (here normalised as the model does it), and the mode is recorded."""
+    from timm.data import create_transform
+
+    from robustbench_pid.data.imagenet import eval_transform
+
+    info = {"input_size": [3, 32, 32], "crop_pct": 0.9, "interpolation": "bicubic", "crop_mode": crop_mode,
+            "mean": (0.485, 0.456, 0.406), "std": (0.229, 0.224, 0.225)}
+    img = Image.fromarray(np.random.default_rng(0).integers(0, 256, size=(30, 50, 3), dtype=np.uint8))
+    tf, desc = eval_transform(info)
+    theirs = create_transform(32, is_training=False, interpolation="bicubic", crop_pct=0.9, crop_mode=crop_mode,
+                              mean=info["mean"], std=info["std"])(img)
+    mean, std = torch.tensor(info["mean"])[:, None, None], torch.tensor(info["std"])[:, None, None]
+    ours = tf(img)
+    assert ours.shape == (3, 32, 32) and desc["crop_mode"] == crop_mode
+    assert torch.allclose((ours - mean) / std, theirs, atol=1e-6)
+    if crop_mode == "border":  # the 30-row image is padded with the mean colour above and below
+        assert torch.allclose(ours[:, 0, 0], torch.tensor([124, 116, 104]) / 255.0)
+
+
+def test_unknown_crop_mode_is_refused_and_timm_configs_reach_the_transform():
+    import robustbench_pid as rbp
+    from robustbench_pid.data.imagenet import eval_transform
+
+    with pytest.raises(UserError, match="crop_mode 'stretch' is not supported.*center, squash, border"):
+        eval_transform({**DEIT_INFO, "crop_mode": "stretch"})
+    with pytest.warns(UserWarning, match="no checkpoint"):
+        m = rbp.load_model("timm:convnext_tiny.in12k_ft_in1k_384")  # timm's config: 384 px, crop 1.0, squash
+    assert (m.info["crop_mode"], m.info["crop_pct"], m.info["input_size"]) == ("squash", 1.0, [3, 384, 384])
+    _, desc = eval_transform(m.info)
+    assert (desc["crop_mode"], desc["resize"], desc["center_crop"]) == ("squash", 384, 384)
+    assert eval_transform(DEIT_INFO)[1]["crop_mode"] == "center"  # a config that names none: timm's default

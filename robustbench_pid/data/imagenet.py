@@ -16,7 +16,7 @@ imagenet-sketch    ``<wnid>/*`` (or ``sketch/<wnid>/*``), 1000 wnids           i
 =================  ==========================================================  =====================
 
 Transforms: Resize(floor(size / crop_pct), model interpolation) + CenterCrop(size) from the
-model's config (DeiT: bicubic 256 -> 224), except ImageNet-C whose files are already 224x224
+model's config (DeiT: bicubic 256 -> 224; timm's ``crop_mode`` squash / border honoured), except ImageNet-C whose files are already 224x224
 (CenterCrop(size) only, a no-op at 224: resizing them is the bug RobustBench fixed in its issue #59).
 The transform is recorded in ``.provenance``.
 
@@ -87,17 +87,38 @@ def interpolation(model_info: Dict[str, Any]) -> Tuple[str, Any]:
     return interp, modes[interp]
 
 
+CROP_MODES = ("center", "squash", "border")
+
+
 def eval_transform(model_info: Dict[str, Any]) -> Tuple[Any, Dict[str, Any]]:
-    """The model's evaluation transform and its description (for provenance)."""
+    """The model's evaluation transform and its description (for provenance).
+
+    ``crop_mode`` as in timm's configs: ``center`` (default) resizes the short side to size / crop_pct and
+    crops the centre; ``squash`` resizes both sides to it (aspect not kept), then crops; ``border`` resizes
+    the long side to it and pads to the square with the model's mean colour (timm's ``ResizeKeepRatio``
+    and ``CenterCropOrPad``, used as they are so the pixels match timm's)."""
     from torchvision import transforms as T
 
     size = input_side(model_info)
     crop_pct = float(model_info.get("crop_pct") or 0.875)
     interp, mode = interpolation(model_info)
+    crop_mode = str(model_info.get("crop_mode") or "center")
+    if crop_mode not in CROP_MODES:
+        raise UserError(f"model crop_mode {crop_mode!r} is not supported (use one of {', '.join(CROP_MODES)})")
     scale = int(math.floor(size / crop_pct))
-    tf = T.Compose([T.Resize(scale, interpolation=mode, antialias=True), T.CenterCrop(size), T.ToTensor()])
-    desc = {"resize": scale, "interpolation": interp, "antialias": True, "center_crop": size,
-            "crop_pct": crop_pct, "to_tensor": True, "normalize": "inside the model"}
+    if crop_mode == "center":
+        resize = [T.Resize(scale, interpolation=mode, antialias=True), T.CenterCrop(size)]
+    elif crop_mode == "squash":
+        resize = [T.Resize((scale, scale), interpolation=mode, antialias=True), T.CenterCrop(size)]
+    else:
+        from timm.data.transforms import CenterCropOrPad, ResizeKeepRatio
+
+        fill = tuple(round(255 * float(v)) for v in (model_info.get("mean") or (0.0, 0.0, 0.0)))
+        resize = [ResizeKeepRatio((scale, scale), interpolation=interp, longest=1.0),
+                  CenterCropOrPad(size, fill=fill)]
+    tf = T.Compose([*resize, T.ToTensor()])
+    desc = {"resize": scale, "interpolation": interp, "antialias": True, "crop_mode": crop_mode,
+            "center_crop": size, "crop_pct": crop_pct, "to_tensor": True, "normalize": "inside the model"}
     return tf, desc
 
 

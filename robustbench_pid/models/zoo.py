@@ -242,6 +242,7 @@ def load_model(
         "input_size": [int(v) for v in input_size],
         "interpolation": cfg.get("interpolation"),
         "crop_pct": res.crop_pct if res.crop_pct is not None else cfg.get("crop_pct"),
+        "crop_mode": cfg.get("crop_mode") or "center",
         **ckinfo,
     }
     wrapped.eval()

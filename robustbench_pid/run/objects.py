@@ -99,6 +99,7 @@ def wrap_model(obj: Any, mean: Optional[Sequence[float]] = None, std: Optional[S
         "mean": mean_l, "std": std_l, "input_size": old.get("input_size") or _list(cfg.get("input_size")),
         "interpolation": old.get("interpolation") or cfg.get("interpolation"),
         "crop_pct": old.get("crop_pct") or cfg.get("crop_pct"),
+        "crop_mode": old.get("crop_mode") or cfg.get("crop_mode") or "center",
         # the weights as they are now (a loaded model may have been fine-tuned since)
         "checkpoint": f"object:{_class_name(src)}", "checkpoint_sha256": state_sha256(model),
         "loaded_from": old.get("checkpoint"), "strict": True, "load_problems": [],

@@ -66,7 +66,8 @@ def run_provenance(ctx: Context, spec: RunSpec, out: Path, units: List[Unit]) ->
         "checkpoint_published_hash": m.get("checkpoint_published_hash") or "",
         "checkpoint_strict": m.get("strict", True),
         "checkpoint_load_problems": m.get("load_problems", []), "model_config": {
-            k: m[k] for k in ("mean", "std", "input_size", "interpolation", "crop_pct", "num_classes")},
+            k: m.get(k) for k in ("mean", "std", "input_size", "interpolation", "crop_pct", "crop_mode",
+                                  "num_classes")},
         "dataset": spec.dataset, "split": spec.split, "data_root": spec.data_root,
         "dataset_provenance": getattr(ctx.dataset, "provenance", {}), "n_samples": len(ctx.indices),
         "limit": spec.limit, "protocol": spec.protocol, "benchmark": spec.benchmark,
