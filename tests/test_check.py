@@ -193,3 +193,69 @@ def test_a_rising_error_is_a_regression_and_a_falling_one_an_improvement(metric,
     for value, status in ((45.0, "REGRESSED"), (20.0, "improved")):
         (tmp_path / "new.csv").write_text(pd.DataFrame([{**row, "value": value}]).to_csv(index=False))
         assert list(check(tmp_path / "new.csv", base).rows["status"]) == [status]
+
+
+@pytest.mark.parametrize("old, new", [("", "not converged"), ("converged", ""), ("converged", "not converged")])
+def test_a_converged_values_status_change_fails_even_when_one_side_recorded_none(old, new, tmp_path):
+    """A baseline from before the status column (or a CSV without it) must not let a converged value turn into
+    an unconverged one unnoticed: a status on one side only is a change too."""
+    row = {**_row("deit", "converge", 4 / 255, "top1", 47), "status": old}
+    pd.DataFrame([row]).to_csv(tmp_path / "a.csv", index=False)
+    base = tmp_path / "base.csv"
+    update(tmp_path / "a.csv", base)
+    pd.DataFrame([{**row, "status": new}]).to_csv(tmp_path / "b.csv", index=False)
+    res = check(tmp_path / "b.csv", base)
+    assert list(res.rows["status"]) == ["STATUS-CHANGED"] and not res.ok
+    assert (new or "(none recorded)") in res.rows["changes"].iloc[0]
+    pd.DataFrame([row]).to_csv(tmp_path / "c.csv", index=False)
+    assert check(tmp_path / "c.csv", base).ok  # the same status on both sides holds
+
+
+def test_a_check_that_compares_nothing_is_an_error_not_a_pass(results, tmp_path, capsys):
+    df, path, base = results
+    empty = tmp_path / "empty.csv"
+    read_baseline(base).iloc[:0].to_csv(empty, index=False)
+    with pytest.raises(UserError, match="holds no rows to compare with"):
+        check(path, empty)
+    assert main(["check", str(path), "--baseline", str(empty)]) == 2  # a usage error, as every bad input
+    assert "holds no rows to compare with" in capsys.readouterr().err
+    only_top5 = tmp_path / "top5.csv"
+    b = read_baseline(base)
+    b[b["metric"] == "top5"].to_csv(only_top5, index=False)
+    with pytest.raises(UserError, match="no rows to compare with for --metric top1"):
+        check(path, only_top5, metrics=["top1"])
+
+
+def test_cost_rows_are_reported_not_gated(tmp_path):
+    """Seconds and memory per sample follow the machine (and lower is better for them): check leaves the cost
+    benchmark's rows out instead of failing CI on timing jitter or calling a slowdown an improvement."""
+    rows = [dict(run_id="r", model="m", checkpoint_sha256="ab" * 32, dataset="digits", protocol="standard",
+                 benchmark="cost", attack="clean", eps=0.0, metric=m, value=v, n=64, norm="")
+            for m, v in (("sec_per_sample_test", 0.5), ("peak_mem_test_mb", 100.0))]
+    rows.append(_row("m", "clean", 0.0, "top1", 300))
+    pd.DataFrame(rows).to_csv(tmp_path / "a.csv", index=False)
+    base = tmp_path / "base.csv"
+    update(tmp_path / "a.csv", base)
+    assert list(read_baseline(base)["metric"]) == ["top1"]
+    slower = pd.DataFrame(rows)
+    slower.loc[slower["metric"] == "sec_per_sample_test", "value"] = 0.1
+    slower.loc[slower["metric"] == "peak_mem_test_mb", "value"] = 900.0
+    slower.to_csv(tmp_path / "b.csv", index=False)
+    res = check(tmp_path / "b.csv", base)
+    assert res.ok and list(res.rows["metric"]) == ["top1"]
+    with pytest.raises(UserError, match="sec_per_sample_test: not gated by check"):
+        check(tmp_path / "b.csv", base, metrics=["sec_per_sample_test"])
+
+
+def test_a_number_computable_on_neither_side_holds_and_one_side_nan_still_fails(tmp_path):
+    """`--update` then `check` on the same results passes, though an indicator there is NaN with n = 0."""
+    row = dict(run_id="r", model="m", checkpoint_sha256="ab" * 32, dataset="digits", protocol="standard",
+               benchmark="adversarial", attack="square", eps=4 / 255, metric="incomplete_optimization",
+               value=float("nan"), n=0, norm="linf")
+    pd.DataFrame([row]).to_csv(tmp_path / "a.csv", index=False)
+    base = tmp_path / "base.csv"
+    update(tmp_path / "a.csv", base)
+    res = check(tmp_path / "a.csv", base)
+    assert res.ok and list(res.rows["status"]) == ["ok"] and "not computable" in res.rows["changes"].iloc[0]
+    pd.DataFrame([{**row, "value": 12.0, "n": 40}]).to_csv(tmp_path / "b.csv", index=False)
+    assert list(check(tmp_path / "b.csv", base).rows["status"]) == ["INVALID"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import warnings
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 from PIL import Image
@@ -135,3 +136,21 @@ def test_mce_interval_is_alexnet_normalised_only_where_the_summary_is():
     for other in ("imagenet-sketch", "imagenet-v2", "digits"):
         stat, why = mce_statistic(["fog/1"], other)
         assert stat is None and "--ce-baseline" in why
+
+
+def test_ce_against_a_model_baseline_pairs_severities_by_name_and_needs_all_five():
+    """Outside ImageNet the CE baseline is another model's run: severities {1, 3} of one are not divided by
+    {1, 2} of the other, and a CE over 2 of the 5 severities is not reported (nor an mCE over it)."""
+    from robustbench_pid.results.summaries.corruptions import corruption_rows
+
+    five = {c: [0.1, 0.2, 0.3, 0.4, 0.5] for c in ("fog", "snow")}
+    m = _fake_corruption_records("m", "digits-c", {"fog": [0.2, 0.4], "snow": five["snow"]}, 0.1)
+    fog2 = (m["corruption"] == "fog") & (m["severity"] == 2)
+    m.loc[fog2, "severity"], m.loc[fog2, "condition"], m.loc[fog2, "attack"] = 3, "fog/3", "fog/3"  # m: fog at 1, 3
+    b = _fake_corruption_records("b", "digits-c", {"fog": [0.2, 0.4], "snow": five["snow"]}, 0.1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        rows = corruption_rows(pd.concat([m, b], ignore_index=True), baseline="b")
+    got = rows[rows["model"] == "m"].set_index("metric")
+    assert "ce_fog" not in got.index and "err_fog" not in got.index
+    assert got.loc["ce_snow", "value"] == pytest.approx(100.0)  # the same errors as the baseline, all 5 severities

@@ -255,3 +255,28 @@ def test_worst_case_needs_the_clean_verdict_and_counts_a_missing_verdict_as_wron
     w = worst_case_records(recs).set_index("sample_id")
     assert w["correct_top1"].to_dict() == {"0": True, "1": False, "2": False, "3": False}
     assert w["correct_top5"].all()
+
+
+def test_overlapping_inputs_count_each_record_once_and_conflicting_copies_are_refused(adv_run: Path, tmp_path: Path):
+    """A run folder given with its own records.parquet, or a folder and a run inside it, must not double n and
+    narrow the intervals; two copies of one record that disagree are refused."""
+    from robustbench_pid.results.inputs import load_inputs
+
+    def fgsm(inp):
+        t = inp.rows
+        return t[(t["attack"] == "fgsm") & (t["metric"] == "top1")].iloc[0]
+
+    once = load_inputs([adv_run])
+    for paths in ([adv_run, adv_run], [adv_run, adv_run / "records.parquet"], [adv_run.parent, adv_run]):
+        twice = load_inputs(paths)
+        a, b = fgsm(once), fgsm(twice)
+        assert (b["n"], b["value"], b["ci_low"], b["ci_high"]) == (a["n"], a["value"], a["ci_low"], a["ci_high"]) == \
+            (12, a["value"], a["ci_low"], a["ci_high"])
+        assert any("given more than once" in n for n in twice.notes)
+        assert len(twice.records) == len(once.records)
+    other = pd.read_parquet(adv_run / "records.parquet")
+    i = other.index[other["attack"] == "fgsm"][0]
+    other.loc[i, "correct_top1"] = not bool(other.loc[i, "correct_top1"])
+    other.to_parquet(tmp_path / "other.parquet")
+    with pytest.raises(UserError, match="different records of one sample and condition.*pass each run once"):
+        load_inputs([adv_run, tmp_path / "other.parquet"])

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import io
+import warnings
 
 import numpy as np
 import pandas as pd
@@ -323,3 +324,32 @@ def test_a_delta_on_fewer_shared_samples_than_the_cells_says_so():
     t = paper_tables(tidy, records=recs)[0]
     assert t.frame.iloc[0]["Δ b−a"] == "+0.00"  # on the 8 shared images both are 100%
     assert any("Δ and p on the 8 samples both runs have, not on each cell's own n" in n for n in t.notes)
+
+
+def test_the_paper_table_gives_no_delta_or_test_between_cells_of_other_settings():
+    """mCE cells made under other corruption settings (here another implementation) are shown side by side, but
+    neither a difference nor a paired test is computed between them (compare_models refuses the same pair)."""
+    import json
+
+    from robustbench_pid.core.imagenet_info import CORRUPTIONS_15
+    from robustbench_pid.results.tables.layouts import paper_tables
+
+    rng = np.random.default_rng(0)
+    rows = []
+    for model, impl in (("A", 1), ("B", 2)):
+        for i in range(20):
+            ids = dict(run_id="r" + model, model=model, dataset="imagenet", protocol="standard",
+                       benchmark="corruptions", eps=0.0, sample_id=f"w/{i}.JPEG", correct_top5=True)
+            rows.append(dict(ids, attack="clean", params="{}", condition="clean", corruption="", severity=0,
+                             correct_top1=True))
+            for c in CORRUPTIONS_15:
+                for s in range(1, 6):
+                    rows.append(dict(ids, attack=f"{c}/{s}", condition=f"{c}/{s}", corruption=c, severity=s,
+                                     params=json.dumps({"corruption": c, "severity": s, "impl": impl}),
+                                     correct_top1=bool(rng.random() < 0.5)))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        t = paper_tables(pd.DataFrame(rows), n_boot=100)[0]
+    mce = t.frame[t.frame["Metric"].str.contains("mCE")].iloc[0]
+    assert (mce["Δ B−A"], mce["p B vs A"]) == ("n/a", "n/a") and mce["A"] != mce["B"]
+    assert any("measured under other settings" in n for n in t.notes)

@@ -17,7 +17,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--metric", action="append", default=[],
                    help="only these metrics (repeatable or comma-separated), e.g. --metric top1")
     p.add_argument("--significant", action="store_true",
-                   help="CI-aware: fail only when the drop is also significant (95%% interval of new-old below 0)")
+                   help="CI-aware: fail only when the worsening is also significant (95%% interval of new-old entirely "
+                        "below 0 for accuracies and AUPR, above 0 for errors such as mCE)")
     p.add_argument("--update", action="store_true", help="rewrite the baseline from these results (deliberately)")
     p.add_argument("--verbose", action="store_true", help="show every compared row, not only the changes")
     p.add_argument("--ce-baseline", metavar="MODEL",

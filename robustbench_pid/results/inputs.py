@@ -86,11 +86,41 @@ def load_inputs(paths: Union[str, Path, Sequence[Union[str, Path]]], ce_baseline
             runs += loaded.runs
             notes += loaded.notes
     records = pd.concat(recs, ignore_index=True) if recs else None
+    if records is not None and len(recs) > 1:
+        records, dropped = drop_repeated_records(records)
+        if dropped:
+            notes.append(f"{dropped} per-sample records were given more than once (e.g. a run folder and its "
+                         f"records.parquet, or a folder and a run inside it): each counted once")
     if records is not None:
         tidy.insert(0, summarize(records, ce_baseline=ce_baseline))
     if not tidy:
         raise UserError("no results given: pass run folders, records .parquet or tidy .csv files")
     return prepare(pd.concat(tidy, ignore_index=True), records, runs, notes)
+
+
+RECORD_KEY = ("run_id", "unit", "benchmark", "attack", "eps", "settings_id", "condition", "metric", "layer", "sample_id")
+VERDICTS = ("correct_top1", "correct_top5", "pred", "value")
+
+
+def drop_repeated_records(records: pd.DataFrame) -> Tuple[pd.DataFrame, int]:
+    """One copy of each record given several times (inputs that overlap), and how many were dropped: counted
+    twice, a sample would double ``n`` and narrow every interval. Two records of one sample and condition that
+    disagree come from different computations, and which one counts is not for this function to guess."""
+    key = [c for c in RECORD_KEY if c in records.columns]
+    dup = records.duplicated(key, keep=False)
+    if not dup.any():
+        return records, 0
+    verdicts = [c for c in VERDICTS if c in records.columns]
+    if verdicts:
+        rep = records.loc[dup, key + verdicts].astype(str)
+        differ = rep.groupby(key, sort=False)[verdicts].nunique().gt(1).any(axis=1)
+        if differ.any():
+            k = dict(zip(key, differ[differ].index[0] if len(key) > 1 else (differ[differ].index[0],)))
+            raise UserError(f"the inputs hold different records of one sample and condition (run {k.get('run_id')}, "
+                            f"sample {k.get('sample_id')}, attack {k.get('attack', '?')}): they come from different "
+                            f"computations under one run id; pass each run once")
+    keep = ~records.duplicated(key, keep="first")
+    return records[keep].reset_index(drop=True), int((~keep).sum())
 
 
 def as_inputs(data: Any, records: Optional[pd.DataFrame] = None, ce_baseline: Optional[str] = None) -> Inputs:

@@ -54,6 +54,14 @@ FAILING = ("REGRESSED", "MISSING", "SETTINGS-CHANGED", "SAMPLES-CHANGED", "STATU
 # The ladder's evidence, not robustness: its curve (evidence-driven rungs differ between runs), its cost and the
 # user's attack's gap to it. Its end, the converged top-1, and its status are gated.
 NOT_GATED = CONVERGE_METRICS
+# The ``cost`` benchmark's rows (parameters, multiply-adds, seconds and memory per sample) measure the model and
+# the machine, not robustness: times move with the machine's load, so gating them would fail CI at random.
+NOT_GATED_BENCHMARKS = ("cost",)
+
+
+def _gated(df: pd.DataFrame) -> pd.DataFrame:
+    bench = df["benchmark"].astype("string").fillna("") if "benchmark" in df.columns else ""
+    return df[~df["metric"].isin(NOT_GATED) & ~(pd.Series(bench, index=df.index).isin(NOT_GATED_BENCHMARKS))]
 
 def lower_is_better(metric: str) -> bool:
     """Errors (mCE, mean and per-corruption error, CE), FPR95, skipped images, token similarity (rank
@@ -152,7 +160,11 @@ def current_rows(data: Any, metrics: Optional[Sequence[str]] = None,
             else:
                 df[col] = from_run
     df = normalize(df)
-    df = df[~df["metric"].isin(NOT_GATED)]
+    ungated = sorted(set(metrics or ()) & set(df.loc[df.index.difference(_gated(df).index), "metric"]))
+    if ungated:
+        raise UserError(f"--metric {', '.join(ungated)}: not gated by check (the ladder's evidence and the cost "
+                        f"benchmark's times, memory and counts are reported, not compared); choose another metric")
+    df = _gated(df)
     if metrics:
         df = df[df["metric"].isin(metrics)]
     dup = df.duplicated(CHECK_KEY + ["_match"], keep=False)
@@ -255,6 +267,12 @@ def compare(current: pd.DataFrame, baseline: pd.DataFrame, tolerance: float = 0.
             rows.append(out)
             continue
         old, new = float(r["value_old"]), float(r["value_new"])
+        if math.isnan(old) and math.isnan(new) and not (_n_of(r.get("n_old")) or _n_of(r.get("n_new"))):
+            # e.g. an indicator of an attack that records no iterates: computable on neither side, nothing moved
+            out["status"] = "ok"
+            out["changes"] = "not computable in the baseline or the results (n = 0)"
+            rows.append(out)
+            continue
         if not (math.isfinite(old) and math.isfinite(new)):  # NaN compares False with every limit: it would pass
             out["status"] = "INVALID"
             out["changes"] = f"not a finite number: baseline {old}, results {new}"
@@ -287,12 +305,12 @@ def compare(current: pd.DataFrame, baseline: pd.DataFrame, tolerance: float = 0.
         cross = all(env_old) and all(env_new) and env_old != env_new
         if cross:
             env_diff.add((env_old, env_new))
-        st_old, st_new = str(r.get("status_old") or ""), str(r.get("status_new") or "")
+        st_old, st_new = _status(r.get("status_old")), _status(r.get("status_new"))
         if samples_changed:
             out["status"] = "SAMPLES-CHANGED"
-        elif st_old and st_new and st_old != st_new:
+        elif st_old != st_new:  # one side without a status (an older baseline, a CSV without the column) is a change
             out["status"] = "STATUS-CHANGED"
-            out["changes"] = f"status: {st_old} → {st_new}"
+            out["changes"] = f"status: {st_old or '(none recorded)'} → {st_new or '(none recorded)'}"
         elif worse > tolerance + EPS:
             if (significant or cross) and have_ci:
                 sig = out["delta_ci_high"] < 0 if not lower_is_better(str(r["metric"])) else out["delta_ci_low"] > 0
@@ -321,6 +339,14 @@ def _n(v: Any) -> str:
     return str(int(v)) if v is not None and pd.notna(v) else "?"
 
 
+def _n_of(v: Any) -> int:
+    return int(v) if v is not None and pd.notna(v) else 0
+
+
+def _status(v: Any) -> str:
+    return "" if v is None or pd.isna(v) else str(v)
+
+
 def check(results: Any, baseline: Union[str, Path], tolerance: float = 0.0,
           metrics: Optional[Sequence[str]] = None, significant: bool = False,
           ce_baseline: Optional[str] = None) -> CheckResult:
@@ -328,8 +354,7 @@ def check(results: Any, baseline: Union[str, Path], tolerance: float = 0.0,
 
     ``ce_baseline``: the model whose corruption errors normalize CE/mCE outside ImageNet."""
     cur = current_rows(results, metrics, ce_baseline)
-    base = read_baseline(baseline)
-    base = base[~base["metric"].isin(NOT_GATED)]  # a baseline written before a metric stopped being gated
+    base = _gated(read_baseline(baseline))  # a baseline written before a metric stopped being gated
     notes: List[str] = []
     if metrics:
         unknown = set(metrics) - set(base["metric"]) - set(cur["metric"])
@@ -339,6 +364,10 @@ def check(results: Any, baseline: Union[str, Path], tolerance: float = 0.0,
         base = base[base["metric"].isin(metrics)]
     if cur.empty:
         raise UserError("the results hold no rows to check" + (" for the chosen --metric" if metrics else ""))
+    if base.empty:  # every result row would be "new" and the check would pass having compared nothing
+        raise UserError(f"the baseline {baseline} holds no rows to compare with" +
+                        (f" for --metric {', '.join(metrics)}" if metrics else "") +
+                        "; write one from trusted results with --update, or point --baseline at the right file")
     sha_old = base.dropna(subset=["checkpoint_sha256"]).groupby("model")["checkpoint_sha256"].first() \
         if "checkpoint_sha256" in base.columns else pd.Series(dtype=str)
     sha_new = cur.dropna(subset=["checkpoint_sha256"]).groupby("model")["checkpoint_sha256"].first()

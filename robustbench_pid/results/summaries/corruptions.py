@@ -96,7 +96,8 @@ def corruption_rows(records: pd.DataFrame, baseline: Optional[str] = None) -> pd
                               f"samples in these results; only unnormalized errors are reported")
                 ref = None
             else:
-                names = [c for c in per_sev if c in berrs and len(berrs[c]) == len(per_sev[c])]
+                # CE over all severities, the same ones on both sides (by severity, not by count)
+                names = [c for c in per_sev if c in berrs and set(berrs[c]) == set(errs[c]) == set(SEVERITIES)]
                 zero = [c for c in names if np.mean(list(berrs[c].values())) <= 0]
                 if zero:
                     warnings.warn(f"CE baseline {baseline!r} makes no errors on {', '.join(zero)}: CE undefined "

@@ -271,6 +271,11 @@ def _paper_table(df: pd.DataFrame, inp: Inputs, order: List[str], ds: str, proto
             if ca is None or cb is None:
                 r[dcol], r[pcol] = MISSING, "n/a"
                 continue
+            if str(ca.get("settings_id") or "") != str(cb.get("settings_id") or ""):  # as compare_models refuses it
+                r[dcol], r[pcol] = "n/a", "n/a"
+                pair_notes.append((label.split(" (")[0], f"{a} and {b} were measured under other settings: no Δ "
+                                                          f"or test between them"))
+                continue
             comp = compare_rows(ca, cb, inp.records, n_boot=n_boot, seed=seed)
             r[dcol], r[pcol] = fmt_delta(comp.delta), fmt_p(comp.pvalue, floor=comp.p_floor)
             if comp.test and comp.n not in tests_used.setdefault(comp.test, []):
