@@ -148,8 +148,15 @@ def attack(model: ModelLike, x: torch.Tensor, y: torch.Tensor, name: str, eps: O
     from .run.input_checks import as_tensor, check_labels, check_layout, check_range
     from .specs import PROTOCOLS, RunSpec, Unit
 
+    from .run.spec_builder import check_types
+
     if protocol not in PROTOCOLS:
         raise UserError(f"unknown protocol {protocol!r}; valid: {', '.join(PROTOCOLS)}")
+    _, (seed, batch_size) = check_types(flags={}, whole={"seed": seed, "batch_size": batch_size})
+    if seed < 0:
+        raise UserError(f"attack(): seed must be >= 0 (the run's --seed), got {seed}")
+    if batch_size is not None and batch_size < 1:
+        raise UserError(f"attack(): batch_size must be >= 1, got {batch_size} (None: all of x in one batch)")
     x, y = as_tensor(x, "attack(): x"), as_tensor(y, "attack(): y")  # numpy arrays are converted
     if not (x.dim() == 4 and y.dim() == 1 and len(x) == len(y) and len(x) > 0):
         raise UserError(f"attack() needs x of shape (N, C, H, W) and labels y of shape (N,), N >= 1; got "
@@ -158,7 +165,14 @@ def attack(model: ModelLike, x: torch.Tensor, y: torch.Tensor, name: str, eps: O
     check_range(x, "attack(): x")
     check_labels(y, "attack(): y")  # the upper bound once the model's classes are known
     if eps is not None:
-        params["eps"] = eps
+        from .attacks import get_attack
+        from .run.spec_builder import check_user_eps, eps_list
+
+        given = eps_list(eps)
+        if len(given) != 1:
+            raise UserError(f"attack(): eps must be one value, got {eps!r}")
+        check_user_eps(get_attack(name), given[0])
+        params["eps"] = given[0]
     dev = pick_device(device) if device is not None else x.device
     check_precision(dev, precision)
     if isinstance(model, str):

@@ -8,6 +8,9 @@ from typing import Any, Dict, List, Optional, Tuple
 PROTOCOLS = ("standard", "paper")
 PRECISIONS = ("fp32", "bf16", "fp16")  # of the attack's forward/backward passes (verdicts are always fp32)
 ANALYSES = ("attention",)  # --analyze: probes run on the attack's final points (robustbench_pid/probes/)
+# spec keys that do not change what a run computes (where, how fast, how it is shown): neither the run folder's
+# default name nor the one-configuration check depends on them, so a run resumes on another device or compiled
+RUNTIME_KEYS = ("out", "quiet", "num_workers", "shard", "dry_run", "calibration", "device", "compile")
 
 
 @dataclass(frozen=True)

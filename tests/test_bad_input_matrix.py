@@ -247,7 +247,7 @@ BAD_INPUT = {  # case -> (arguments, what the one error line must say, what it m
     "bench_opt_typo": (["--model", "deit", "--benchmark", "corruptions", "--bench-opt", "severity=[1]"],
                        ["unknown --bench-opt key(s) 'severity'", "valid: corruptions (", "severities ("], []),
     "severity_not_whole": (["--model", "deit", "--benchmark", "corruptions", "--bench-opt", "severities=[2.5]"],
-                           ["--bench-opt severities=[2.5] for benchmark 'corruptions': expected a list of whole "
+                           ["--bench-opt severities=[2.5] for benchmark 'corruptions': expected a non-empty list of whole "
                             "numbers >= 1"], []),
     "n_images_true": (["--model", "deit", "--benchmark", "rank-collapse", "--bench-opt", "n_images=true"],
                       ["--bench-opt n_images=True for benchmark 'rank-collapse': expected a whole number >= 1"], []),
@@ -291,6 +291,25 @@ BAD_INPUT = {  # case -> (arguments, what the one error line must say, what it m
                             ["dataset 'digits' is built in and reads no --data-root; drop it"], []),
     "split_digits_lacks": (["--model", "deit", "--split", "val"],
                            ["dataset 'digits' has no split 'val'; valid splits: test, train"], []),
+    # a second review's rows: settings that were accepted and silently changed or dropped
+    "converge_benchmark_by_name": (["--model", "pid_deit", "--benchmark", "converge", "--protocol", "paper"],
+                                   ["benchmark 'converge' is the convergence ladder", "--converge"], []),
+    "suite_with_eps": (["--model", "deit", "--suite", "smoke", "--eps", "4/255"],
+                       ["--eps with --suite smoke", "give --attack NAME"], []),
+    "suite_param_typo": (["--model", "deit", "--suite", "smoke", "--param", "typo=3"],
+                         ["--param typo: no attack of suite smoke takes it"], []),
+    "param_eps": (["--model", "deit", "--attack", "pgd", "--param", "eps=8/255"],
+                  ["--param eps=...: the eps grid is --eps"], []),
+    "steps_twice": (["--model", "deit", "--attack", "pgd", "--eps", "4/255", "--steps", "10", "--param", "steps=5"],
+                    ["--steps given twice"], []),
+    "step_size_pixels": (["--model", "deit", "--attack", "pgd", "--eps", "4/255", "--step-size", "4"],
+                         ["step_size 4 exceeds 1", "did you mean 4/255?"], []),
+    "eps_whole_range": (["--model", "deit", "--attack", "fgsm", "--eps", "1"],
+                        ["eps 1 spans the whole pixel range", "did you mean 1/255?"], []),
+    "eps_negative_parts": (["--model", "deit", "--attack", "fgsm", "--eps", "-4/-255"],
+                           ["eps '-4/-255' must be a finite number >= 0"], []),
+    "empty_severities": (["--model", "deit", "--benchmark", "corruptions", "--bench-opt", "severities=[]"],
+                         ["--bench-opt severities=[]", "a non-empty list"], []),
 }
 
 

@@ -83,6 +83,10 @@ class Attack:
         if self.eps > self.eps_max:
             raise UserError(f"{loc}attack {self.name!r}: eps {self.eps} exceeds {self.eps_max} "
                             f"({self.norm} bound for images in [0, 1]); did you mean {self.eps:g}/255?")
+        step = getattr(self, "step_size", None)
+        if isinstance(step, float) and step > self.eps_max:
+            raise UserError(f"{loc}attack {self.name!r}: step_size {step:g} exceeds {self.eps_max:g} ({self.norm} bound "
+                            f"for images in [0, 1]); did you mean {step:g}/255?")
         if getattr(self, "step_size", None) is not None and getattr(self, "step_size_factor", None) is not None:
             raise UserError(f"{loc}attack {self.name!r}: step_size and step_size_factor both given; the step is one "
                             f"of them (--step-size S, or --param step_size_factor=F for F x eps): give one")

@@ -142,8 +142,8 @@ def check_dataset(name: str, dataset: str) -> None:
                     f"{' or '.join(fit)}")
 
 
-OPTION_KINDS = {"count": "a whole number >= 1", "counts": "a list of whole numbers >= 1, e.g. [1,3]",
-                "names": 'a list of names, e.g. ["fog"]'}
+OPTION_KINDS = {"count": "a whole number >= 1", "counts": "a non-empty list of whole numbers >= 1, e.g. [1,3]",
+                "names": 'a non-empty list of names, e.g. ["fog"] (leave the option out for the default)'}
 
 
 def _option_ok(kind: str, value: Any) -> bool:
@@ -153,6 +153,6 @@ def _option_ok(kind: str, value: Any) -> bool:
 
     if kind == "count":
         return count(value)
-    if kind == "counts":
-        return isinstance(value, list) and all(count(v) for v in value)
-    return isinstance(value, list) and all(isinstance(v, str) for v in value)
+    if kind == "counts":  # an empty list would read as "not given", i.e. all of them
+        return isinstance(value, list) and bool(value) and all(count(v) for v in value)
+    return isinstance(value, list) and bool(value) and all(isinstance(v, str) for v in value)

@@ -124,7 +124,7 @@ def run(args: argparse.Namespace) -> int:
         if args.dry_run:
             from ..studies.dryrun import study_dry_run
 
-            study_dry_run(plan, **opts, calibration=args.calibration)
+            study_dry_run(plan, converge=converge, **opts, calibration=args.calibration)
             continue
         if len(plans) > 1 and not args.quiet:
             print(f"== column {plan.column.name!r}: model {plan.model}")

@@ -56,6 +56,6 @@ def parse_eps(text: str, what: str = "eps") -> float:
     except (ValueError, ZeroDivisionError):
         example = "numbers like 0.03 or 8/255, comma-separated" if what == "eps" else "a number like 0.01 or 2/255"
         raise UserError(f"malformed {what} {text!r}: give {example}") from None
-    if not math.isfinite(value) or value < 0:
+    if not math.isfinite(value) or value < 0 or str(text).strip().startswith("-"):  # -4/-255 is no budget either
         raise UserError(f"{what} {text!r} must be a finite number >= 0")
     return value

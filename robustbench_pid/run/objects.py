@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import math
 import warnings
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
@@ -74,11 +75,18 @@ def wrap_model(obj: Any, mean: Optional[Sequence[float]] = None, std: Optional[S
         arch = old.get("arch") or _class_name(src.net)
     else:
         net = copy.deepcopy(src)
-        c = 3 if mean is None else len(mean)
-        mean_l = [0.0] * c if mean is None else [float(v) for v in mean]
-        std_l = [1.0] * c if std is None else [float(v) for v in std]
-        if len(std_l) != len(mean_l) or any(s <= 0 for s in std_l):
-            raise UserError(f"mean= and std= need one value per channel and std > 0; got mean={mean} std={std}")
+        try:
+            if isinstance(mean, str) or isinstance(std, str):
+                raise TypeError
+            c = 3 if mean is None else len(mean)
+            mean_l = [0.0] * c if mean is None else [float(v) for v in mean]
+            std_l = [1.0] * c if std is None else [float(v) for v in std]
+        except (TypeError, ValueError):
+            mean_l, std_l = [], [-1.0]
+        if len(std_l) != len(mean_l) or not all(math.isfinite(s) and s > 0 for s in std_l) or \
+                not all(math.isfinite(m) for m in mean_l):
+            raise UserError(f"mean= and std= need one finite number per channel (lists such as [0.485, 0.456, 0.406]) "
+                            f"and std > 0; got mean={mean!r} std={std!r}")
         model = Normalized(net, mean_l, std_l)
         old, arch = {}, _class_name(src)
     model.eval()

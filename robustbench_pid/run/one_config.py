@@ -15,9 +15,7 @@ from typing import Any, Dict, List
 
 from ..errors import UserError
 from ..results.files.run_files import read_json
-
-# spec keys that do not change what a run computes (where, how fast, how it is shown)
-RUNTIME_KEYS = ("out", "quiet", "num_workers", "shard", "dry_run", "calibration", "device", "compile")
+from ..specs import RUNTIME_KEYS
 
 
 def _show(v: Any) -> str:

@@ -44,6 +44,11 @@ def plan_units(ctx: Any) -> List[Unit]:
 
         check_model(ctx)  # before anything is written: a model the probe cannot read is refused here
     units = get_benchmark(ctx.spec.benchmark).plan(ctx)
+    if not units:  # nothing to compute: a run folder would be left "running" forever
+        from ..errors import UserError
+
+        raise UserError(f"benchmark {ctx.spec.benchmark!r} plans no work for these settings (no samples or no "
+                        f"conditions); check --benchmark, --attack and the dataset")
     units = [replace(u, key=unit_key(ctx, u)) for u in units]
     seen: Dict[str, Unit] = {}
     twice: List[str] = []

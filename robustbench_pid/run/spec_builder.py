@@ -35,9 +35,22 @@ def eps_list(eps: EpsLike) -> Optional[List[float]]:
     """``"1/255,2/255"``, a number, or a list of numbers / ``"a/b"`` strings -> floats (None: not given)."""
     from ..core.labels import parse_eps
 
+    import numbers
+
     if eps is None:
         return None
-    items = str(eps).split(",") if isinstance(eps, (str, int, float)) else [str(e) for e in eps]
+    if isinstance(eps, bool) or (not isinstance(eps, (str, numbers.Real)) and getattr(eps, "ndim", None) == 0
+                                 and isinstance(eps.item(), bool)):
+        raise UserError(f"--eps {eps!r}: expected numbers like 4/255 or 0.03, not true/false")
+    if getattr(eps, "ndim", None) == 0:  # a numpy or torch scalar
+        eps = eps.item()
+    if isinstance(eps, (str, numbers.Real)):
+        items = str(float(eps) if isinstance(eps, numbers.Real) else eps).split(",")
+    else:
+        try:
+            items = [str(e.item() if getattr(e, "ndim", None) == 0 else e) for e in eps]
+        except TypeError:
+            raise UserError(f"--eps {eps!r}: expected a number, 'a/b' text or a list of them") from None
     out = [parse_eps(t) for t in items if str(t).strip()]
     if not out:
         raise UserError("--eps is empty; give values like 1/255,2/255")
@@ -77,13 +90,30 @@ def attack_specs(attack: Union[None, str, Sequence[str]] = None, eps: EpsLike = 
         overrides["steps"] = steps
     if step_size is not None:
         overrides["step_size"] = parse_eps(str(step_size), what="step size (--step-size)")
-    overrides.update(key_values(params, "--param", parse_json=False))
+    extra = key_values(params, "--param", parse_json=False)
+    if "eps" in extra:
+        raise UserError("--param eps=...: the eps grid is --eps (Python: eps=), e.g. --eps 4/255 or --eps 1/255,2/255")
+    twice = sorted(set(extra) & set(overrides))
+    if twice:
+        flags = {"steps": "--steps", "step_size": "--step-size"}
+        raise UserError(f"{', '.join(flags[k] for k in twice)} given twice (also as --param {twice[0]}=...); give "
+                        f"each setting once")
+    overrides.update(extra)
     grid_given = eps_list(eps)
+    if suite and grid_given is not None and not _names(attack):
+        raise UserError(f"--eps with --suite {suite}: a suite sets each attack's eps itself; give --attack NAME "
+                        f"to add attacks at --eps, or edit the suite")
     specs: List[AttackSpec] = []
     if suite:
         from .suites import load_suite
 
-        for s in load_suite(suite)["attacks"]:
+        attacks = load_suite(suite)["attacks"]
+        known = {k for s in attacks for k in get_attack(s.attack).param_names()}
+        unknown = sorted(set(overrides) - known) if not _names(attack) else []
+        if unknown:
+            raise UserError(f"--param {', '.join(unknown)}: no attack of suite {suite} takes it (their settings: "
+                            f"{', '.join(sorted(known))})")
+        for s in attacks:
             cls = get_attack(s.attack)
             p = dict(s.params)
             p.update({k: v for k, v in overrides.items() if k in cls.param_names()})
@@ -92,9 +122,18 @@ def attack_specs(attack: Union[None, str, Sequence[str]] = None, eps: EpsLike = 
         cls = get_attack(name)
         grid = grid_given or ([parse_eps(e) for e in PAPER_EPS_GRID] if name in SWEEP_BY_DEFAULT else [None])
         for e in grid:
+            check_user_eps(cls, e)
             p = dict(overrides) if e is None else {**overrides, "eps": e}
             specs.append(AttackSpec(name, cls.from_params(p).params()))
     return specs
+
+
+def check_user_eps(cls: Any, eps: Optional[float]) -> None:
+    """An L-inf eps of 1 lets an attack replace the image by any other: a typo for 1/255, not a budget (the
+    unbounded run that checks attacks is ``--indicators``' own, not an eps)."""
+    if eps is not None and cls.norm == "linf" and eps >= cls.eps_max:
+        raise UserError(f"attack {cls.name!r}: eps {eps:g} spans the whole pixel range [0, 1] (any image can be "
+                        f"reached); did you mean {eps:g}/255? (--indicators adds an unbounded check run itself)")
 
 
 def _dataset_request(dataset: str, split: Optional[str], data_root: Optional[str], imagenet_root: Optional[str],
@@ -162,6 +201,8 @@ def build_spec(model: str, *, attack: Union[None, str, Sequence[str]] = None, ep
         raise UserError(f"device must be text (auto, cpu, cuda or cuda:N), got {device!r}")
     if seed < 0:
         raise UserError(f"--seed must be >= 0 (it seeds numpy's and torch's generators), got {seed}")
+    if out is not None and not str(out).strip():  # Path("") is the current folder: a run would land there
+        raise UserError("--out is empty; give a folder for the run (leave it out for results/<name>_<hash>)")
     rates = parse_calibration(calibration)
     if rates is not None and not dry_run:
         raise UserError("--calibration prices the plan of a --dry-run; add --dry-run (a real run measures "
@@ -170,6 +211,9 @@ def build_spec(model: str, *, attack: Union[None, str, Sequence[str]] = None, ep
     specs = attack_specs(attack, eps, steps, step_size, param, suite)
     if benchmark is None:
         benchmark = dataset_info(dataset).default_benchmark
+    if benchmark == "converge":  # planned by the adversarial benchmark under --converge, never on its own
+        raise UserError("benchmark 'converge' is the convergence ladder, run by --converge on an adversarial "
+                        "evaluation: use --attack pgd --eps 4/255 --converge (Python: converge=True)")
     check_dataset(benchmark, dataset)
     check_limit(dataset, limit)
     check_evidence(benchmark, protocol, precision, compile, indicators, trace, agreement)

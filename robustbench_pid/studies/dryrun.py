@@ -7,14 +7,14 @@ per pass from one calibration batch per row on the row's own data (or ``--calibr
 from __future__ import annotations
 
 import json
-from typing import Any, List, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from ..benchmarks import get_benchmark
 from ..results.files.run_files import unit_done
 from ..specs import Unit
 from .spec import Row, attack_settings
 from ..run.dryrun import _fmt_s
-from .reproduce import StudyPlan, report_missing, row_spec
+from .reproduce import StudyPlan, converge_specs, report_missing, row_spec
 
 IMAGENET_C_CONDITIONS = 75  # 15 corruptions x 5 severities, each image passes once per condition
 
@@ -38,8 +38,10 @@ def row_passes(row: Row) -> Tuple[float, float]:
     return 1.0 + f, b
 
 
-def study_dry_run(plan: StudyPlan, **opts: Any) -> float:
-    """Print each row's units to do, passes and estimated seconds (this process's shard); return the total."""
+def study_dry_run(plan: StudyPlan, converge: Optional[Dict[str, Any]] = None, **opts: Any) -> float:
+    """Print each row's units to do, passes and estimated seconds (this process's shard); return the total.
+    ``converge`` (``reproduce --converge``): the converged runs of the eligible rows too, their settings checked
+    as a real run checks them."""
     from ..run.context import prepare
     from ..run.dryrun import calibrate, unit_passes
     from ..runtime.launcher import launch
@@ -47,25 +49,28 @@ def study_dry_run(plan: StudyPlan, **opts: Any) -> float:
 
     report_missing(plan)
     rows = [r for r in plan.rows if r.name not in plan.missing]
+    runs = [(r, r.name, row_spec(plan, r, **{**opts, "dry_run": True}), plan.row_dir(r)) for r in rows]
+    if converge is not None:  # every setting checked before anything is printed
+        runs += [(r, f"{r.name}+conv", spec, spec.out)
+                 for r, spec in converge_specs(plan, rows, converge, **{**opts, "dry_run": True})]
     print(f"dry run: study {plan.study.name}, model {plan.model} as {plan.column.name!r}, {plan.protocol} protocol, "
           f"folder {plan.out}")
-    print(f"{'row':14} {'dataset':12} {'samples':>8} {'units':>6} {'to do':>6} {'fwd':>12} {'f+b':>10} {'est.':>10}")
+    print(f"{'row':20} {'dataset':12} {'samples':>8} {'units':>6} {'to do':>6} {'fwd':>12} {'f+b':>10} {'est.':>10}")
     total = 0.0
     lines: List[str] = []
-    for r in rows:
-        spec = row_spec(plan, r, **{**opts, "dry_run": True})
+    for r, name, spec, folder in runs:
         ctx = prepare(spec)
         units = plan_units(ctx)
         launched = launch(spec.shard)
         mine = shard_units(units, launched.index, launched.count)
         t_f, t_fb = ((1.0 / spec.calibration[0], 1.0 / spec.calibration[1]) if spec.calibration is not None
                      else calibrate(ctx))
-        todo = [u for u in mine if not unit_done(plan.row_dir(r) / "units", u.key)]
+        todo = [u for u in mine if not unit_done(folder / "units", u.key)]
         f = sum(unit_passes(ctx, u)[0] * (u.stop - u.start) for u in todo)
         b = sum(unit_passes(ctx, u)[1] * (u.stop - u.start) for u in todo)
         est = f * t_f + b * t_fb
         total += est
-        lines.append(f"{r.name[:14]:14} {r.dataset:12} {len(ctx.indices):>8} {len(mine):>6} {len(todo):>6} "
+        lines.append(f"{name[:20]:20} {r.dataset:12} {len(ctx.indices):>8} {len(mine):>6} {len(todo):>6} "
                      f"{f:>12.0f} {b:>10.0f} {_fmt_s(est):>10}")
     print("\n".join(lines))
     basis = "the given calibration" if opts.get("calibration") else "one calibration batch per row on this device"

@@ -23,7 +23,7 @@ import pandas as pd
 from ...errors import UserError, write_error
 from .integrity import sha256_bytes
 from .units import content_hash
-from ...specs import RunSpec
+from ...specs import RUNTIME_KEYS, RunSpec
 
 HOST = socket.gethostname()
 
@@ -33,9 +33,7 @@ def default_out(spec: RunSpec, identity: Optional[Dict[str, Any]] = None) -> Pat
     names = sorted({a.attack for a in spec.attacks})
     what = (Path(spec.suite).stem if spec.suite else
             "-".join(names) if names and spec.benchmark == "adversarial" else spec.benchmark)
-    tag = content_hash({**{k: v for k, v in spec.as_dict().items()
-                           if k not in ("out", "quiet", "num_workers", "shard", "dry_run", "calibration",
-                                        "checkpoint_dir")},
+    tag = content_hash({**{k: v for k, v in spec.as_dict().items() if k not in (*RUNTIME_KEYS, "checkpoint_dir")},
                         **({"objects": identity} if identity else {})})[:8]
     name = "_".join(safe_label(str(x)) for x in (spec.model, spec.dataset, what, spec.protocol))
     return Path("results") / f"{name}_{tag}"

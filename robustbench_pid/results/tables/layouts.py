@@ -106,6 +106,10 @@ def paper_tables(data: Any, *, models: Optional[Sequence[str]] = None, dataset: 
     order = model_order(df, models)
     df = df[df["label"].isin(order)]
     chosen = _parse_eps_choice(eps)
+    absent = sorted(set(chosen) - {"*"} - set(df["attack"].astype(str)))
+    if absent:  # a typo in an attack name must not leave the table at its default eps unnoticed
+        raise UserError(f"--eps {', '.join(absent)}=...: no such attack in the results; present: "
+                        f"{', '.join(sorted(set(df['attack'].astype(str)) - {'clean'}))}")
     base = sorted(d for d in df["dataset"].unique() if d not in OOD_DATASETS)
     if dataset is not None:
         if dataset not in base:
