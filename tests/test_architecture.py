@@ -244,7 +244,7 @@ def test_each_concept_lives_in_its_folder():
         "core": ("version", "labels", "shipped", "imagenet_info"),
         "studies": ("spec", "reproduce", "dryrun", "table", "report"),
         "results": ("store", "conditions", "inputs", "files.merge", "files.integrity", "files.run_files",
-                    "tables.layouts", "tables.render", "ci.check", "ci.baseline", "report.html", "report.plots",
+                    "tables.layouts", "tables.render", "ci.check", "ci.compare", "ci.baseline", "report.html", "report.plots",
                     "stats.metrics", "stats.stats", "summaries"),
     }
     for folder, names in homes.items():

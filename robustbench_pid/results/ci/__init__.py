@@ -1,1 +1,2 @@
-"""Regression checks for CI: check against a committed baseline, and writing that baseline."""
+"""Regression checks for CI: check against a committed baseline (``check``), the comparison rules behind its
+statuses (``compare``), and writing that baseline (``baseline``)."""
