@@ -6,6 +6,7 @@ in seconds on a CPU; the ladder's budgets are cut with --converge-opt where that
 from __future__ import annotations
 
 import copy
+import io
 from pathlib import Path
 
 import numpy as np
@@ -457,6 +458,32 @@ def test_study_converged_cell_that_did_not_converge_reads_as_an_upper_bound(tmp_
     text = render_markdown(study, cells, notes)
     assert text.count("(upper bound: not converged)") == 1
     assert any("row 'pgd-4'" in n and "'not converged'" in n and "upper bound" in n for n in notes)
+    # the CSV says it too, and a converged value (pixel eps, standard protocol) is not differenced against the
+    # published paper-protocol number: another threat model
+    from robustbench_pid.studies.table import render_csv
+
+    csv = pd.read_csv(io.StringIO(render_csv(study, cells)))
+    row = csv[(csv["protocol"] == "converged, standard") & (csv["row"] == "pgd-4") & (csv["metric"] == "top1")].iloc[0]
+    assert row["status"] == "not converged" and pd.isna(row["diff"]) and pd.isna(row["outside"])
+    assert all(c.diff is None and c.outside is None for c in cells if c.converged)
+    assert "no difference or * (another threat model)" in text
+    s.loc[s["benchmark"] == "converge", "status"] = "upper bound: gradients unavailable"
+    s.to_csv(summary, index=False)
+    study, cells, notes = study_cells(out)
+    text = render_markdown(study, cells, notes)
+    assert "(upper bound: gradients unavailable)" in text and "upper bound: upper bound" not in text
+
+
+def test_rows_whose_eps_is_no_pixel_budget_get_no_converged_column():
+    """The papers' SPSA eps 0.1 is a budget on the normalised tensor; read in pixels it is 25.5/255, beyond any
+    image threat model, so that row gets no converged value (and says why); PGD at 4/255 gets one."""
+    from robustbench_pid.studies.reproduce import converge_eligible
+    from robustbench_pid.studies.spec import load_study
+
+    rows = {r.name: r for r in load_study("pidformer-table1").rows}
+    ok, why = converge_eligible(rows["spsa"])
+    assert not ok and "25.5/255" in why and "beyond any image threat model" in why
+    assert converge_eligible(rows["pgd"]) == (True, "")
 
 
 def test_overestimate_warning_points_to_the_ladder_only_where_it_converged():

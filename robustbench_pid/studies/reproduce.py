@@ -170,6 +170,7 @@ def row_spec(plan: StudyPlan, row: Row, **opts: Any) -> RunSpec:
 
 
 CONVERGED = CONVERGED_DIR  # the entry's sub-folder of --converge runs, beside the protocol folders
+MAX_PIXEL_EPS = 16 / 255  # the largest L-inf budget image benchmarks use; a row above it gets no converged column
 
 
 def converge_eligible(row: Row) -> Tuple[bool, str]:
@@ -183,8 +184,15 @@ def converge_eligible(row: Row) -> Tuple[bool, str]:
         return False, f"{cls.norm.upper()} attack: the ladder's rungs are L-inf attacks"
     if not cls.worst_case:
         return False, "random noise is not a worst-case search"
-    if attack_settings(row).get("eps") is None:
+    eps = attack_settings(row).get("eps")
+    if eps is None:
         return False, "no eps in the row"
+    if eps > MAX_PIXEL_EPS:  # e.g. the papers' SPSA eps 0.1, a budget on the normalised tensor
+        from ..core.labels import eps_text
+
+        return False, (f"its eps {eps:g} read in pixels ({eps * 255:.3g}/255) is beyond any image threat model "
+                       f"(> {eps_text(MAX_PIXEL_EPS, 'linf')}): the converged column runs at the row's eps in pixel "
+                       f"units, and this row's eps only means something on the paper's normalised tensor")
     return True, ""
 
 

@@ -29,7 +29,7 @@ MARK = "*"
 # published values are printed to 2 decimals: one within half a unit of the last digit of an interval's end is inside
 ROUNDING = 0.005 + 1e-9
 CSV_COLUMNS = ["study", "row", "label", "metric", "column", "model", "protocol", "paper", "value", "ci_low",
-               "ci_high", "n", "diff", "outside"]
+               "ci_high", "n", "diff", "outside", "status"]
 
 
 @dataclass
@@ -48,15 +48,21 @@ class Cell:
     status: str = ""  # the ladder's status for a converged cell: anything but "converged" is an upper bound
 
     @property
+    def converged(self) -> bool:
+        return self.protocol.startswith("converged")
+
+    @property
     def diff(self) -> Optional[float]:
-        if self.paper is None or self.value is None:
+        # a converged value is the standard protocol's worst case in pixel units: another threat model than the
+        # published paper-protocol number beside it, so no difference or interval test against it
+        if self.paper is None or self.value is None or self.converged:
             return None
         d = self.value - self.paper
         return 0.0 if abs(d) < ROUNDING else d
 
     @property
     def outside(self) -> Optional[bool]:
-        if self.paper is None or self.ci_low is None or self.ci_high is None:
+        if self.paper is None or self.ci_low is None or self.ci_high is None or self.converged:
             return None
         return not (self.ci_low - ROUNDING <= self.paper <= self.ci_high + ROUNDING)
 
@@ -180,7 +186,8 @@ def _run_text(c: Cell) -> str:
     if c.value is None:
         return "—"
     ci = f" [{_f(c.ci_low)}, {_f(c.ci_high)}]" if c.ci_low is not None and c.ci_high is not None else ""
-    bound = " (upper bound: not converged)" if c.status and c.status != CONVERGED else ""
+    status = c.status if c.status.startswith("upper bound") else f"upper bound: {c.status}"
+    bound = f" ({status})" if c.status and c.status != CONVERGED else ""
     return (f"{_f(c.value)}{ci} n={c.n}" if c.n is not None else f"{_f(c.value)}{ci}") + bound
 
 
@@ -209,10 +216,14 @@ def _grid(study: Study, cells: List[Cell]) -> Tuple[List[str], List[List[str]]]:
     return header, body
 
 
-def _legend(study: Study) -> str:
+def _legend(study: Study, cells: List[Cell]) -> str:
     notes = "".join(f" {r.label}: {r.note}" for r in study.rows if r.note)
+    conv = (" Converged columns: the standard protocol's per-sample worst case over the --converge ladder at the "
+            "row's eps in pixel units, a larger ball than the paper protocol's eps on the normalised tensor: the "
+            "published value is shown beside it, with no difference or " + MARK + " (another threat model)."
+            if any(c.converged for c in cells) else "")
     return (f"{MARK}: the published value lies outside this run's 95% interval. Source: {study.source}. "
-            f"Rows without a published value: the paper prints none.{notes}")
+            f"Rows without a published value: the paper prints none.{conv}{notes}")
 
 
 def render_markdown(study: Study, cells: List[Cell], notes: List[str]) -> str:
@@ -220,7 +231,7 @@ def render_markdown(study: Study, cells: List[Cell], notes: List[str]) -> str:
     esc = [[t.replace("|", "\\|") for t in row] for row in [header] + body]
     lines = [f"### {study.title}", "", "| " + " | ".join(esc[0]) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(r) + " |" for r in esc[1:]]
-    lines += ["", _legend(study)] + [f"- {n}" for n in notes]
+    lines += ["", _legend(study, cells)] + [f"- {n}" for n in notes]
     return "\n".join(lines) + "\n"
 
 
@@ -249,7 +260,7 @@ def render_csv(study: Study, cells: List[Cell]) -> str:
                     "" if c.paper is None else c.paper, "" if c.value is None else round(c.value, 6),
                     "" if c.ci_low is None else round(c.ci_low, 6), "" if c.ci_high is None else round(c.ci_high, 6),
                     "" if c.n is None else c.n, "" if c.diff is None else round(c.diff, 6),
-                    "" if c.outside is None else c.outside])
+                    "" if c.outside is None else c.outside, c.status])
     return buf.getvalue()
 
 
@@ -263,7 +274,7 @@ def render_html(out: Path) -> str:
     head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
     notes_html = "".join(f"<li>{html.escape(n)}</li>" for n in notes)
     return (f"<h2>{html.escape(study.title)}</h2><div style='overflow-x:auto'><table><thead><tr>{head}</tr></thead>"
-            f"<tbody>{rows}</tbody></table></div><p>{html.escape(_legend(study))}</p><ul>{notes_html}</ul>")
+            f"<tbody>{rows}</tbody></table></div><p>{html.escape(_legend(study, cells))}</p><ul>{notes_html}</ul>")
 
 
 def write_study_table(out: Path) -> str:
