@@ -280,3 +280,18 @@ def test_overlapping_inputs_count_each_record_once_and_conflicting_copies_are_re
     other.to_parquet(tmp_path / "other.parquet")
     with pytest.raises(UserError, match="different records of one sample and condition.*pass each run once"):
         load_inputs([adv_run, tmp_path / "other.parquet"])
+
+
+def test_run_folders_named_alike_are_told_apart_by_their_path(adv_run: Path, tmp_path: Path):
+    """A run's id is its folder's name: a study's standard/pgd-4 and converged/pgd-4 share it, and grouped by it
+    their samples were counted together (n doubled). Read from a folder above them, each keeps its own n."""
+    from robustbench_pid.results.inputs import load_inputs
+
+    for sub in ("standard", "converged"):
+        shutil.copytree(adv_run, tmp_path / "study" / sub / "deit-adv")
+    loaded = load_runs(tmp_path / "study")
+    assert sorted({r["run_id"] for r in loaded.runs}) == ["converged/deit-adv", "standard/deit-adv"]
+    assert any("told apart by its path" in n for n in loaded.notes)
+    rows = load_inputs([tmp_path / "study"]).rows
+    fgsm = rows[(rows["attack"] == "fgsm") & (rows["metric"] == "top1")]
+    assert sorted(fgsm["run_id"]) == ["converged/deit-adv", "standard/deit-adv"] and set(fgsm["n"]) == {12}

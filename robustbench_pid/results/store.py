@@ -162,8 +162,26 @@ def load_runs(path: Union[str, Path], include_incomplete: bool = False) -> Loade
         out.runs.append({**info, "path": str(d)})
     if not frames:
         raise UserError(f"no complete runs under {p}" + ("".join(f"\n  {n}" for n in out.notes)))
+    _tell_apart(p, frames, out)
     out.records = pd.concat(frames, ignore_index=True)
     return out
+
+
+def _tell_apart(root: Path, frames: List[pd.DataFrame], out: "LoadedRuns") -> None:
+    """A run's id is its folder's name, so two folders named alike (a study's ``standard/pgd-4`` and
+    ``converged/pgd-4``) share one: grouped by it, their samples would be counted together (n doubled, the
+    interval narrowed). Such runs are told apart by their path under ``root``, with a note."""
+    ids = [str(r.get("run_id", "")) for r in out.runs]
+    shared = {i for i in ids if ids.count(i) > 1}
+    if not shared:
+        return
+    for k, run in enumerate(out.runs):
+        if run["run_id"] in shared:
+            new = Path(run["path"]).relative_to(root).as_posix() if root != Path(run["path"]) else run["run_id"]
+            frames[k] = frames[k].assign(run_id=new)
+            out.runs[k] = {**run, "run_id": new}
+    out.notes.append(f"run id(s) {', '.join(sorted(shared))} name several folders under {root}: each run is told "
+                     f"apart by its path there")
 
 
 def load_run_info(run_dir: Union[str, Path]) -> dict:
