@@ -190,6 +190,23 @@ def test_agreement_matches_on_condition_and_sample() -> None:
 def test_bad_json_folder_is_one_clear_error(tmp_path: Path, capsys) -> None:
     assert cli_main(["doctor", "--quick", "--json", str(tmp_path / "missing" / "d.json")]) == 2
     assert "does not exist" in capsys.readouterr().err
+    assert cli_main(["doctor", "--quick", "--json", str(tmp_path)]) == 2  # refused before minutes of checks
+    assert f"--json {tmp_path} is a folder; give a file path" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("compile_row,says", [(True, "found that torch.compile works"),
+                                              (False, "could not confirm that torch.compile works")])
+def test_the_quick_compile_skip_says_only_what_the_environment_row_found(tmp_path: Path, monkeypatch, capsys,
+                                                                          compile_row, says) -> None:
+    s = _tiny(tmp_path, compile_timeout_s=60.0 if compile_row else 0.0)
+    if not compile_row:  # a compiler that has not finished in time: the row WARNs, and the SKIP must not vouch
+        import time as _time
+
+        monkeypatch.setattr(torch, "compile", lambda m: (_time.sleep(0.5), m)[1])
+    rc, data = _doctor_cli(monkeypatch, tmp_path, [("environment", "torch.compile", environment.compile_works),
+                                                   ("correctness", "smoke compile", correctness.smoke_compile)], s)
+    row = data["checks"][1]
+    assert row["verdict"] == "SKIP" and says in row["line"]
 
 
 def test_a_device_that_is_not_there_is_one_error_line(monkeypatch, capsys) -> None:

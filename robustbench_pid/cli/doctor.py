@@ -26,6 +26,8 @@ def run(args: argparse.Namespace) -> int:
     if args.json is not None and not args.json.parent.is_dir():
         raise UserError(f"--json {args.json}: the folder {args.json.parent} does not exist; create it or give "
                         f"another path")
+    if args.json is not None and args.json.is_dir():  # found now, not after minutes of checks
+        raise UserError(f"--json {args.json} is a folder; give a file path, e.g. {args.json / 'doctor.json'}")
     from ..doctor import run_doctor
 
     return run_doctor(args.device, quick=args.quick, json_path=args.json).exit_code

@@ -94,6 +94,12 @@ def run_doctor(device: str = "auto", quick: bool = False, json_path: Optional[Pa
         print(f"{len(report.checks)} checks: {n['PASS']} PASS, {n['WARN']} WARN, {n['FAIL']} FAIL, {n['SKIP']} SKIP "
               f"in {time.perf_counter() - t0:.0f} s; exit {report.exit_code}", file=out, flush=True)
         if json_path is not None:
-            Path(json_path).write_text(json.dumps(report.to_json(s), indent=2, default=str) + "\n")
+            try:
+                Path(json_path).write_text(json.dumps(report.to_json(s), indent=2, default=str) + "\n")
+            except OSError as exc:
+                from ..errors import UserError
+
+                raise UserError(f"--json {json_path}: cannot write it ({exc.strerror or exc}); the table above is "
+                                f"complete, re-run with a writable path to keep the figures") from None
             print(f"wrote {json_path}", file=out)
     return report

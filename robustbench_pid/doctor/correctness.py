@@ -149,8 +149,11 @@ def smoke_bf16(s: Settings, state: Dict[str, Any]) -> Outcome:
 
 def smoke_compile(s: Settings, state: Dict[str, Any]) -> Outcome:
     if s.quick:
-        return "SKIP", "not in --quick: compiling the models takes minutes on a CPU (the environment row " \
-                       "checked that torch.compile works)", {}
+        works = state.get("environment", {}).get("compile", {}).get("works")
+        seen = {True: "the environment row found that torch.compile works",
+                False: "the environment row found that torch.compile fails here",
+                None: "the environment row could not confirm that torch.compile works"}[works]
+        return "SKIP", f"not in --quick: compiling the models takes minutes on a CPU ({seen})", {}
     return _versus_fp32(s, state, "compile", {"compile": True}, 0.97)
 
 
