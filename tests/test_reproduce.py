@@ -4,6 +4,7 @@ missing datasets reported at the start; the digits study offline."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -12,6 +13,7 @@ import torch
 
 from robustbench_pid.cli import main
 from robustbench_pid.core.imagenet_info import CORRUPTIONS_15, subset_wnids
+from robustbench_pid.errors import UserError
 from robustbench_pid.studies.spec import load_study
 
 from test_imagenet_datasets import tree  # noqa: E402
@@ -239,3 +241,18 @@ def test_a_refused_argument_leaves_no_study_folder_behind(tmp_path, capsys, bad)
     err = capsys.readouterr().err
     assert err.startswith("error:") and err.count("\n") == 1
     assert not out.exists()
+
+
+@pytest.mark.parametrize("eps,says", [("true", "must be one number or 'a/b' text"),
+                                      ("[1, 2]", "must be one number or 'a/b' text")])
+def test_a_study_eps_that_is_no_number_is_refused_naming_the_row(tmp_path, eps, says):
+    from robustbench_pid.studies.spec import check_names, parse_study
+
+    src = (Path(__file__).resolve().parents[1] / "robustbench_pid" / "studies" / "digits-smoke.toml").read_text()
+    p = tmp_path / "s.toml"
+    p.write_text(src.replace('eps = "2/255" }', f"eps = {eps} }}", 1))
+    with pytest.raises(UserError, match=f"row 'fgsm-2': attack eps .*{re.escape(says)}"):
+        check_names(parse_study(p))
+    p.write_text(src, encoding="utf-16")  # as some editors save it
+    with pytest.raises(UserError, match="not UTF-8 text.*save it as UTF-8"):
+        parse_study(p)

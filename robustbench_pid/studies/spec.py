@@ -251,9 +251,11 @@ def _pairs(data: Dict[str, Any], path: Path, cols: List[Column]) -> List[Pair]:
 def parse_study(path: Path, name: Optional[str] = None) -> Study:
     """The study in ``path``, structurally checked (torch-free; names are checked by :func:`check_names`)."""
     try:
-        data = tomllib.loads(Path(path).read_text())
+        data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
     except tomllib.TOMLDecodeError as exc:
         raise UserError(f"{path}: not valid TOML ({exc})") from None
+    except UnicodeDecodeError:
+        raise UserError(f"{path}: not UTF-8 text (TOML files are UTF-8); save it as UTF-8 and run again") from None
     _unknown(data, TOP_KEYS, str(path))
     protocol = _str(data, "protocol", str(path))
     if protocol not in ("standard", "paper"):
@@ -271,6 +273,9 @@ def attack_settings(row: Row) -> Dict[str, Any]:
     out = {k: v for k, v in (row.attack or {}).items() if k != "name"}
     if "eps" in out:
         e = out["eps"]
+        if isinstance(e, bool) or not isinstance(e, (str, int, float)):  # true would read as 1.0, a list crash
+            raise UserError(f"row {row.name!r}: attack eps {e!r} must be one number or 'a/b' text, e.g. eps = "
+                            f"\"4/255\"")
         out["eps"] = parse_eps(e) if isinstance(e, str) else parse_eps(repr(float(e)))
     return out
 
