@@ -263,3 +263,17 @@ def test_fetch_of_an_entry_without_hash_or_url_says_what_to_do(capsys) -> None:
     assert "contradicts the registry's published hash" in capsys.readouterr().err
     assert main(["fetch", "deit_tiyn"]) == 2
     assert "Did you mean 'deit_tiny'" in capsys.readouterr().err
+
+
+def test_a_registry_entry_without_a_hash_loads_only_with_a_warning(tmp_path: Path, monkeypatch) -> None:
+    """The registry cannot verify such a file: that is said on the terminal before the file is read, and louder
+    when --allow-pickle would unpickle it."""
+    _registry(tmp_path, "http://127.0.0.1:9", "", monkeypatch)
+    d = tmp_path / "mine"
+    d.mkdir()
+    (d / "tiny_digits-.pth").write_bytes(_checkpoint_bytes(5))
+    with pytest.warns(UserWarning, match="has no published hash in the registry: .* could not be verified$"):
+        got = read_checkpoint("tiny_digits", checkpoint_dir=str(d))
+    assert got.published_hash == "" and "could not be verified" in " ".join(got.notes)
+    with pytest.warns(UserWarning, match="unpickled because --allow-pickle was given: only do that for a file"):
+        read_checkpoint("tiny_digits", checkpoint_dir=str(d), allow_pickle=True)

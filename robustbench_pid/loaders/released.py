@@ -8,6 +8,7 @@ safety rules). The registry name and the published hash travel with the weights 
 """
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import Optional
 
@@ -25,6 +26,10 @@ def load_released(name: str, *, allow_pickle: bool = False, checkpoint_dir: Opti
     if path is None:
         raise CheckpointError(missing_message(rel, checkpoint_dir))
     verify_file(rel, path, sha256_file(path))
+    if not rel.published_hash:  # said before the file is read: with --allow-pickle it would be unpickled unverified
+        warnings.warn(f"released checkpoint {name!r} has no published hash in the registry: {path} could not be "
+                      f"verified" + ("; it is unpickled because --allow-pickle was given: only do that for a file "
+                                     "you trust" if allow_pickle else ""), UserWarning, stacklevel=2)
     got = load_file(str(path), allow_pickle=allow_pickle)
     notes = [f"released checkpoint {name} ({rel.file}; {rel.paper_table or 'no paper table'})"]
     if not rel.published_hash:
