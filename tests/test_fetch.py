@@ -277,3 +277,26 @@ def test_a_registry_entry_without_a_hash_loads_only_with_a_warning(tmp_path: Pat
     assert got.published_hash == "" and "could not be verified" in " ".join(got.notes)
     with pytest.warns(UserWarning, match="unpickled because --allow-pickle was given: only do that for a file"):
         read_checkpoint("tiny_digits", checkpoint_dir=str(d), allow_pickle=True)
+
+
+def test_timm_weights_hosted_at_a_url_are_checked_against_the_hash_in_their_name(tmp_path: Path,
+                                                                                 monkeypatch) -> None:
+    """torch.hub's rule (NAME-<hex>.pth has a sha256 starting with <hex>) holds for a file already in the cache
+    too: another file under that name is refused before it is read."""
+    from types import SimpleNamespace
+
+    from robustbench_pid.loaders import timm_hub
+
+    data = _checkpoint_bytes(6)
+    prefix = hashlib.sha256(data).hexdigest()[:8]
+    monkeypatch.setenv("TORCH_HOME", str(tmp_path / "torch"))
+    monkeypatch.setattr(timm_hub, "_cfg", lambda name: SimpleNamespace(url=f"http://127.0.0.1:9/w-{prefix}.pth",
+                                                                      hf_hub_id=None))
+    cached = tmp_path / "torch" / "hub" / "checkpoints" / f"w-{prefix}.pth"
+    cached.parent.mkdir(parents=True)
+    cached.write_bytes(_checkpoint_bytes(7))  # not the published file
+    with pytest.raises(CheckpointError, match=f"does not start with {prefix}, the hash prefix in its name"):
+        timm_hub.load_timm("tiny.url")
+    cached.write_bytes(data)
+    got = timm_hub.load_timm("tiny.url")
+    assert got.sha256.startswith(prefix) and "model" not in got.state_dict

@@ -113,18 +113,29 @@ def _from_hub(name: str, cfg: Any) -> Path:
 
 
 def _from_url(name: str, cfg: Any) -> Path:
+    """torch.hub's cache, with torch.hub's rule: a file named ``NAME-<hex>.ext`` must have a sha256 starting
+    with ``<hex>``; checked on every use, a cached file included, before it is read."""
+    import re
+
     import torch
 
+    from . import sha256_file
+
     target = Path(torch.hub.get_dir()) / "checkpoints" / os.path.basename(cfg.url.split("?")[0])
-    if target.is_file():
-        return target
-    if _offline():
-        raise _unreachable(name, cfg, "offline mode (HF_HUB_OFFLINE=1) and the file is not in torch.hub's cache")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        torch.hub.download_url_to_file(cfg.url, str(target), progress=False)
-    except Exception as exc:  # noqa: BLE001
-        raise _unreachable(name, cfg, f"{type(exc).__name__}: {exc}") from None
+    m = re.search(torch.hub.HASH_REGEX, target.name)
+    prefix = m.group(1) if m else None
+    if not target.is_file():
+        if _offline():
+            raise _unreachable(name, cfg, "offline mode (HF_HUB_OFFLINE=1) and the file is not in torch.hub's cache")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            torch.hub.download_url_to_file(cfg.url, str(target), hash_prefix=prefix, progress=False)
+        except Exception as exc:  # noqa: BLE001
+            raise _unreachable(name, cfg, f"{type(exc).__name__}: {exc}") from None
+    if prefix and not sha256_file(target).startswith(prefix):
+        raise CheckpointError(f"{target}: its sha256 does not start with {prefix}, the hash prefix in its name "
+                              f"(timm {name!r}); the file is not the published one and was not read. Delete it "
+                              f"and run again to download it, or pass --checkpoint PATH")
     return target
 
 
