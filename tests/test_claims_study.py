@@ -104,7 +104,7 @@ def test_reproduce_all_columns_refuses_mixed_or_missing_choices(capsys) -> None:
     assert main(["reproduce", "claims-digits", "--all-columns", "--model", "deit"]) == 2
     assert "drop --model/--as" in capsys.readouterr().err
     assert main(["reproduce", "claims-digits", "--all-columns", "--checkpoint", "vit=x.pth"]) == 2
-    assert "'vit' is no column's model" in capsys.readouterr().err
+    assert "'vit' is no column or column's model" in capsys.readouterr().err
     assert main(["reproduce", "claims-imagenet", "--all-columns", "--data-root", str(ROOT)]) == 2
     err = capsys.readouterr().err
     assert "needs weights" in err and "--checkpoint" in err

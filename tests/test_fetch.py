@@ -300,3 +300,9 @@ def test_timm_weights_hosted_at_a_url_are_checked_against_the_hash_in_their_name
     cached.write_bytes(data)
     got = timm_hub.load_timm("tiny.url")
     assert got.sha256.startswith(prefix) and "model" not in got.state_dict
+
+
+def test_a_malformed_url_is_one_error_line(tmp_path: Path, capsys) -> None:
+    assert main(["fetch", "https://[::1/a.pth", "--sha256", "ab" * 4, "--to", str(tmp_path / "f")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "not a valid URL (Invalid IPv6 URL)" in err and not (tmp_path / "f").exists()

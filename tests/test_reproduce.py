@@ -124,6 +124,34 @@ def test_missing_datasets_reported_at_the_start(data, tmp_path, capsys):
     rpc = load_study("rpc-table1")  # rpc_symvit as it comes is the 6-iteration column; 4 and 5 need --as
     assert resolve_column(rpc, "rpc_symvit", None).name == "RPC-SymViT (6iter/layer1)"
     assert resolve_column(rpc, "rpc_symvit", "RPC-SymViT (4iter/layer1)").model_args == {"pap_iterations": 4}
+    # --model-arg picks the column whose model it is: 4 iterations are not filed under the 6-iteration column
+    assert resolve_column(rpc, "rpc_symvit", None, {"pap_iterations": 4}).name == "RPC-SymViT (4iter/layer1)"
+    with pytest.raises(UserError, match="--model-arg pap_iterations=5 contradicts column 'RPC-SymViT \\(4iter"):
+        resolve_column(rpc, "rpc_symvit", "RPC-SymViT (4iter/layer1)", {"pap_iterations": 5})
+    with pytest.raises(UserError, match="pap_iterations=3 is no single column"):
+        resolve_column(rpc, "rpc_symvit", None, {"pap_iterations": 3})
+
+
+def test_all_columns_runs_every_column_and_refuses_one_file_for_separately_trained_ones(capsys):
+    """rpc-table1's three rpc_symvit columns (4, 5, 6 iterations) are three trained models: --all-columns plans all
+    of them, keyed by column, and refuses to load one file into all three."""
+    base = ["reproduce", "rpc-table1", "--all-columns", "--dry-run", "--only", "clean", "--calibration", "100,50",
+            "--checkpoint", "symvit=/x.pth", "--checkpoint", "rpc_symvit_all=/z.pth"]
+    assert main(base + ["--checkpoint", "rpc_symvit=/y.pth"]) == 2
+    err = capsys.readouterr().err
+    assert "'RPC-SymViT (4iter/layer1)', 'RPC-SymViT (5iter/layer1)', 'RPC-SymViT (6iter/layer1)' are separately " \
+           "trained models of 'rpc_symvit' but would all load /y.pth" in err
+    from robustbench_pid.cli import reproduce as cli_reproduce
+
+    class Args:
+        all_columns, model, as_column, study = True, None, None, "rpc-table1"
+        checkpoint = ["symvit=/x.pth", "rpc_symvit_all=/z.pth", "RPC-SymViT (4iter/layer1)=/a.pth",
+                      "RPC-SymViT (5iter/layer1)=/b.pth", "rpc_symvit=/y.pth"]
+
+    assert cli_reproduce._checkpoints(Args) == [  # a column's own entry first, then its model's
+        ("symvit", "SymViT (baseline)", "/x.pth"), ("rpc_symvit", "RPC-SymViT (4iter/layer1)", "/a.pth"),
+        ("rpc_symvit", "RPC-SymViT (5iter/layer1)", "/b.pth"), ("rpc_symvit", "RPC-SymViT (6iter/layer1)", "/y.pth"),
+        ("rpc_symvit_all", "RPC-SymViT (2iter/all-layer)", "/z.pth")]
 
 
 def test_dry_run_prices_every_row_and_writes_nothing(data, tmp_path, capsys):
@@ -256,3 +284,21 @@ def test_a_study_eps_that_is_no_number_is_refused_naming_the_row(tmp_path, eps, 
     p.write_text(src, encoding="utf-16")  # as some editors save it
     with pytest.raises(UserError, match="not UTF-8 text.*save it as UTF-8"):
         parse_study(p)
+
+
+def test_a_damaged_entry_file_is_one_error_and_converged_columns_come_after_the_protocols(tmp_path):
+    import shutil
+
+    from robustbench_pid.studies.table import study_cells
+
+    src = Path(__file__).resolve().parents[1] / "docs" / "runs" / "claims-digits"
+    out = tmp_path / "study"
+    out.mkdir()
+    shutil.copy(src / "study.toml", out / "study.toml")
+    shutil.copytree(src / "deit@DeiT", out / "deit@DeiT")
+    _, cells, _ = study_cells(out)
+    protos = list(dict.fromkeys(c.protocol for c in cells))
+    assert protos == ["paper", "converged, standard"]
+    (out / "deit@DeiT" / "entry.json").write_text('{"model": "de')
+    with pytest.raises(UserError, match="entry.json is damaged \\(not JSON\\); run reproduce for that model again"):
+        study_cells(out)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Dict, Optional
+from typing import Dict, List, Optional, Tuple
 
 from ..errors import UserError
 from ..specs import PRECISIONS, PROTOCOLS
@@ -19,9 +19,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--all-columns", action="store_true",
                    help="run every column of the study with its own zoo model, one after another, into one study "
                         "folder (e.g. claims-digits: 13 models on the embedded weights)")
-    p.add_argument("--checkpoint", help="the model's weights (as for evaluate); with --all-columns: MODEL=PATH, "
-                                        "repeatable, one per column's model (columns without one use their default)",
+    p.add_argument("--checkpoint", help="the model's weights (as for evaluate); with --all-columns: MODEL=PATH or "
+                                        "'COLUMN=PATH', repeatable (a column's own entry first, then its model's; "
+                                        "columns without one use their default)",
                    action="append")
+    p.add_argument("--checkpoint-dir", help="a folder holding released checkpoints by their registry file names "
+                                            "(where `fetch --to DIR` put them), as for evaluate")
     p.add_argument("--allow-pickle", action="store_true", help="allow full unpickling of trusted .pth files")
     p.add_argument("--non-strict", action="store_true", help="load a checkpoint that does not fully fit (recorded)")
     p.add_argument("--model-arg", action="append", default=[], metavar="KEY=VALUE",
@@ -56,12 +59,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="other ladder settings, with --converge (benchmarks/ladder.py LadderSpec)")
 
 
-RUN_OPTIONS = ("checkpoint", "allow_pickle", "non_strict", "model_arg", "limit", "subset", "shard", "batch_size",
+RUN_OPTIONS = ("checkpoint", "checkpoint_dir", "allow_pickle", "non_strict", "model_arg", "limit", "subset", "shard", "batch_size",
                "chunk_size", "seed", "device", "precision", "workers", "quiet")
 
 
-def _checkpoints(args: argparse.Namespace) -> Dict[str, Optional[str]]:
-    """Model -> checkpoint for the models to run (``--checkpoint`` once, or MODEL=PATH with --all-columns)."""
+def _checkpoints(args: argparse.Namespace) -> List[Tuple[str, Optional[str], Optional[str]]]:
+    """(model, column or None, checkpoint) per column to run: ``--model`` once, or every column of the study with
+    --all-columns (``--checkpoint`` MODEL=PATH or COLUMN=PATH there; columns sharing a model are separately
+    trained models, so they must not get one file between them)."""
     given = args.checkpoint or []
     if not args.all_columns:
         if args.model is None:
@@ -69,36 +74,49 @@ def _checkpoints(args: argparse.Namespace) -> Dict[str, Optional[str]]:
         if len(given) > 1:
             raise UserError(f"--checkpoint given {len(given)} times for one model; give it once "
                             f"(MODEL=PATH pairs are for --all-columns)")
-        return {args.model: given[0] if given else None}
+        return [(args.model, args.as_column, given[0] if given else None)]
     if args.model is not None or args.as_column is not None:
         raise UserError("--all-columns runs each column with its own model: drop --model/--as, or drop --all-columns")
-    from ..run.spec_builder import key_values
     from ..studies.spec import load_study
 
-    models = list(dict.fromkeys(c.model for c in load_study(args.study).columns))
-    ck = {str(k): str(v) for k, v in key_values(given, "--checkpoint", parse_json=False).items()}
-    unknown = sorted(set(ck) - set(models))
+    columns = load_study(args.study).columns
+    ck: Dict[str, str] = {}
+    for kv in given:  # split at the last "=": a column name may hold one, a path rarely does
+        if "=" not in kv:
+            raise UserError(f"--checkpoint {kv!r}: with --all-columns give MODEL=PATH or 'COLUMN=PATH'")
+        k, v = (t.strip() for t in kv.rsplit("=", 1))
+        ck[k] = v
+    names = {c.name for c in columns} | {c.model for c in columns}
+    unknown = sorted(set(ck) - names)
     if unknown:
-        raise UserError(f"--checkpoint {unknown[0]}=...: {unknown[0]!r} is no column's model in study "
-                        f"{args.study!r}; models: {', '.join(models)}")
-    out = {m: ck.get(m) for m in models}
+        raise UserError(f"--checkpoint {unknown[0]}=...: {unknown[0]!r} is no column or column's model in study "
+                        f"{args.study!r}; columns: {', '.join(repr(c.name) for c in columns)}")
+    out = [(c.model, c.name, ck.get(c.name, ck.get(c.model))) for c in columns]
+    by_model: Dict[Tuple[str, Optional[str]], List[str]] = {}
+    for model, col, path in out:
+        by_model.setdefault((model, path), []).append(str(col))
+    for (model, path), cols in by_model.items():
+        if len(cols) > 1:
+            raise UserError(f"columns {', '.join(repr(c) for c in cols)} are separately trained models of {model!r} "
+                            f"but would all load {path or 'its default weights'}: give each its own with "
+                            f"--checkpoint 'COLUMN=PATH'")
     _check_weights(args.study, out)
     return out
 
 
-def _check_weights(study_name: str, checkpoints: Dict[str, Optional[str]]) -> None:
+def _check_weights(study_name: str, checkpoints: List[Tuple[str, Optional[str], Optional[str]]]) -> None:
     """Every column's model has weights for every dataset family the study uses, before any column runs."""
     from ..data import dataset_info
     from ..models.zoo import resolve_model
     from ..studies.spec import load_study
 
     families = sorted({dataset_info(r.dataset).family for r in load_study(study_name).rows})
-    for model, ck in checkpoints.items():
+    for model, col, ck in checkpoints:
         for family in families:
             try:
                 resolve_model(model, family, ck)
             except UserError as exc:
-                raise UserError(f"{exc} (with --all-columns: --checkpoint {model}=PATH)") from None
+                raise UserError(f"{exc} (with --all-columns: --checkpoint {model}=PATH or '{col}=PATH')") from None
 
 
 def run(args: argparse.Namespace) -> int:
@@ -113,14 +131,15 @@ def run(args: argparse.Namespace) -> int:
     elif args.converge_tol is not None or args.converge_opt:
         raise UserError("--converge-tol / --converge-opt set the convergence ladder; add --converge")
     checkpoints = _checkpoints(args)
-    plans = [plan_study(args.study, model, data_root=args.data_root, dataset_root=args.dataset_root, out=args.out,
-                        as_column=args.as_column, protocol=args.protocol, only=args.only, skip=args.skip)
-             for model in checkpoints]  # every column's plan checked before any runs
+    model_arg = key_values(args.model_arg, "--model-arg")
+    plans = [(plan_study(args.study, model, data_root=args.data_root, dataset_root=args.dataset_root, out=args.out,
+                         as_column=col, protocol=args.protocol, only=args.only, skip=args.skip, model_arg=model_arg), ck)
+             for model, col, ck in checkpoints]  # every column's plan checked before any runs
     table = None
-    for plan in plans:
+    for plan, ck in plans:
         opts = {k: getattr(args, k) for k in RUN_OPTIONS}
-        opts["checkpoint"] = checkpoints[plan.model]
-        opts["model_arg"] = key_values(args.model_arg, "--model-arg")
+        opts["checkpoint"] = ck
+        opts["model_arg"] = model_arg
         if args.dry_run:
             from ..studies.dryrun import study_dry_run
 
@@ -131,7 +150,7 @@ def run(args: argparse.Namespace) -> int:
         table = reproduce(plan, converge=converge, **opts)
     if args.dry_run:
         return 0
-    plan = plans[-1]
+    plan = plans[-1][0]
     if table is None:
         print(f"\nthis shard's rows are done; results are in {plan.out}. Once every shard has finished, "
               f"`robustbench-pid merge {plan.out}` checks the runs and writes the table")

@@ -23,7 +23,7 @@ import tempfile
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 from ..errors import CheckpointError
 
@@ -55,9 +55,16 @@ def sha256_of(path: Path) -> str:
     return h.hexdigest()
 
 
+def _parse(url: str) -> Any:
+    try:
+        return urllib.request.urlparse(url)
+    except ValueError as exc:  # e.g. an unclosed IPv6 bracket
+        raise CheckpointError(f"{url}: not a valid URL ({exc}); give one like https://host/path/file.pth") from None
+
+
 def file_name(url: str) -> str:
     """The last path segment of ``url`` (no query), which ``fetch URL`` writes under."""
-    name = os.path.basename(urllib.request.urlparse(url).path)
+    name = os.path.basename(_parse(url).path)
     if not name or name in (".", ".."):
         raise CheckpointError(f"{url}: the URL names no file; give one that ends in a file name")
     return name
@@ -104,7 +111,7 @@ def download(url: str, dest_dir: Path, name: Optional[str] = None, *, sha256: st
     """``url`` -> ``dest_dir/name`` (default: the URL's file name), verified against ``sha256`` (a full
     hash or a prefix of 8+ hex digits). Resumes ``name.part``; returns the final path."""
     sha256 = check_hash_arg(sha256)
-    if urllib.request.urlparse(url).scheme not in ("http", "https"):
+    if _parse(url).scheme not in ("http", "https"):
         raise CheckpointError(f"{url}: only http(s) URLs are fetched; copy a local file yourself")
     name = name or file_name(url)
     dest_dir = Path(dest_dir).expanduser()

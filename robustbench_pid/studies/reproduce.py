@@ -64,12 +64,32 @@ def slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.@+-]+", "-", text).strip("-")
 
 
-def resolve_column(study: Study, model: str, as_column: Optional[str]) -> Column:
-    """The published column ``model`` is compared with: ``--as COLUMN``, or the column of that model."""
+def resolve_column(study: Study, model: str, as_column: Optional[str],
+                   model_arg: Optional[Dict[str, Any]] = None) -> Column:
+    """The published column ``model`` is compared with: ``--as COLUMN``, or the column of that model whose own
+    architecture arguments are what ``--model-arg`` sets (rpc_symvit with pap_iterations=4 is the 4-iteration
+    column, not the 6-iteration one: its numbers would be filed under another model)."""
+    given = dict(model_arg or {})
+    cols = ", ".join(f"{c.name!r} ({c.model}" + "".join(f", {k}={v}" for k, v in c.model_args.items()) + ")"
+                     for c in study.columns)
     if as_column is not None:
-        return study.column(as_column)
+        col = study.column(as_column)
+        clash = {k: (v, given[k]) for k, v in col.model_args.items() if k in given and given[k] != v}
+        if clash:
+            k, (v, g) = next(iter(clash.items()))
+            raise UserError(f"--model-arg {k}={g} contradicts column {col.name!r}, whose model has {k}={v}: that is "
+                            f"another column's model. Drop --model-arg {k} or pick the column that has it. "
+                            f"Columns: {cols}")
+        return col
     mine = [c for c in study.columns if c.model == model]
-    cols = ", ".join(f"{c.name!r} ({c.model})" for c in study.columns)
+    keys = {k for c in mine for k in c.model_args}  # the arguments that tell this model's columns apart
+    if given.keys() & keys:
+        fits = [c for c in mine if all(given.get(k, c.model_args.get(k)) == c.model_args.get(k) for k in keys)
+                and all(k in given for k in c.model_args)]
+        if len(fits) == 1:
+            return fits[0]
+        raise UserError(f"model {model!r} with --model-arg {', '.join(f'{k}={given[k]}' for k in sorted(given.keys() & keys))} "
+                        f"is no single column of study {study.name!r}; pick one with --as COLUMN. Columns: {cols}")
     plain = [c for c in mine if not c.model_args]  # rpc_symvit as it comes: the column without extra arguments
     if len(mine) == 1 or len(plain) == 1:
         return mine[0] if len(mine) == 1 else plain[0]
@@ -120,11 +140,12 @@ def find_root(dataset: str, data_root: Optional[str], overrides: Dict[str, str])
 
 def plan_study(study_name: str, model: str, *, data_root: Optional[str] = None, dataset_root: Sequence[str] = (),
                out: Optional[str] = None, as_column: Optional[str] = None, protocol: Optional[str] = None,
-               only: Sequence[str] = (), skip: Sequence[str] = ()) -> StudyPlan:
+               only: Sequence[str] = (), skip: Sequence[str] = (),
+               model_arg: Optional[Dict[str, Any]] = None) -> StudyPlan:
     from ..data import dataset_info
 
     study = load_study(study_name)
-    column = resolve_column(study, model, as_column)
+    column = resolve_column(study, model, as_column, model_arg)
     rows = select_rows(study, only, skip)
     overrides = parse_dataset_roots(dataset_root)
     plan = StudyPlan(study, column, model, protocol or study.protocol,

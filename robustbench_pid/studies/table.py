@@ -75,7 +75,13 @@ def entries(out: Path) -> List[Dict[str, Any]]:
     """The (model, column) entries of a study folder, in the order they were first run."""
     found = []
     for f in sorted(Path(out).glob(f"*/{ENTRY_FILE}")):
-        info = json.loads(f.read_text())
+        try:
+            info = json.loads(f.read_text())
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            from ..errors import UserError
+
+            raise UserError(f"{f} is damaged (not JSON); run reproduce for that model again into this folder (it "
+                            f"rewrites the file and keeps the finished rows)") from None
         found.append({**info, "dir": f.parent})
     return sorted(found, key=lambda e: (e.get("created", ""), str(e["dir"])))
 
@@ -141,7 +147,8 @@ def study_cells(out: Path) -> Tuple[Study, List[Cell], List[str]]:
     cells: List[Cell] = []
     notes: List[str] = []
     for e in found:
-        protocols = sorted(p.name for p in e["dir"].iterdir() if p.is_dir())
+        # the protocol folders first, the converged runs beside them last (they are read against them)
+        protocols = sorted((p.name for p in e["dir"].iterdir() if p.is_dir()), key=lambda n: (n == CONVERGED_DIR, n))
         for proto in protocols:
             for r in study.rows:
                 run_dir = e["dir"] / proto / r.name
