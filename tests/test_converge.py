@@ -432,18 +432,24 @@ def test_bench_reference_blocks_are_shared_by_claims_and_the_last_process_assemb
     assert attacked == []
 
 
-def test_study_converged_cell_that_did_not_converge_reads_as_an_upper_bound(tmp_path):
-    """A study's converged column shows the ladder's value; where its status is not "converged" the cell says it
-    is an upper bound and a note names the row and the status."""
+def _deit_study(tmp_path: Path) -> Path:
+    """A study folder holding the committed claims-digits DeiT column (paper protocol and converged runs)."""
     import shutil
-
-    from robustbench_pid.studies.table import render_markdown, study_cells
 
     src = Path(__file__).resolve().parents[1] / "docs" / "runs" / "claims-digits"
     out = tmp_path / "study"
     out.mkdir()
     shutil.copy(src / "study.toml", out / "study.toml")
     shutil.copytree(src / "deit@DeiT", out / "deit@DeiT")
+    return out
+
+
+def test_study_converged_cell_that_did_not_converge_reads_as_an_upper_bound(tmp_path):
+    """A study's converged column shows the ladder's value; where its status is not "converged" the cell says it
+    is an upper bound and a note names the row and the status."""
+    from robustbench_pid.studies.table import render_markdown, study_cells
+
+    out = _deit_study(tmp_path)
     study, cells, notes = study_cells(out)
     conv = [c for c in cells if c.protocol == "converged, standard" and c.value is not None]
     assert {c.row for c in conv} == {f"pgd-{e}" for e in range(1, 7)} and {c.status for c in conv} == {CONVERGED}
@@ -547,3 +553,15 @@ def test_a_rung_whose_model_gives_nan_stops_instead_of_counting_class_0_as_robus
     with pytest.raises(RuntimeError, match="runner's check"):
         run_rung(rung, model, model, x, y, torch.Generator().manual_seed(0), 12, check=runner_check)
     assert seen == ["attack", "verdict"]
+
+
+def test_a_damaged_entry_file_is_one_error_and_converged_columns_come_after_the_protocols(tmp_path):
+    from robustbench_pid.errors import UserError
+    from robustbench_pid.studies.table import study_cells
+
+    out = _deit_study(tmp_path)
+    _, cells, _ = study_cells(out)
+    assert list(dict.fromkeys(c.protocol for c in cells)) == ["paper", "converged, standard"]
+    (out / "deit@DeiT" / "entry.json").write_text('{"model": "de')
+    with pytest.raises(UserError, match="entry.json is damaged \\(not JSON\\); run reproduce for that model again"):
+        study_cells(out)

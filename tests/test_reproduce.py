@@ -285,20 +285,3 @@ def test_a_study_eps_that_is_no_number_is_refused_naming_the_row(tmp_path, eps, 
     with pytest.raises(UserError, match="not UTF-8 text.*save it as UTF-8"):
         parse_study(p)
 
-
-def test_a_damaged_entry_file_is_one_error_and_converged_columns_come_after_the_protocols(tmp_path):
-    import shutil
-
-    from robustbench_pid.studies.table import study_cells
-
-    src = Path(__file__).resolve().parents[1] / "docs" / "runs" / "claims-digits"
-    out = tmp_path / "study"
-    out.mkdir()
-    shutil.copy(src / "study.toml", out / "study.toml")
-    shutil.copytree(src / "deit@DeiT", out / "deit@DeiT")
-    _, cells, _ = study_cells(out)
-    protos = list(dict.fromkeys(c.protocol for c in cells))
-    assert protos == ["paper", "converged, standard"]
-    (out / "deit@DeiT" / "entry.json").write_text('{"model": "de')
-    with pytest.raises(UserError, match="entry.json is damaged \\(not JSON\\); run reproduce for that model again"):
-        study_cells(out)
