@@ -146,9 +146,8 @@ def attack(model: ModelLike, x: torch.Tensor, y: torch.Tensor, name: str, eps: O
     from .run.objects import complete_info, wrap_model
     from .run.context import Context, unit_rng, unit_seed
     from .run.input_checks import as_tensor, check_labels, check_layout, check_range
-    from .specs import PROTOCOLS, RunSpec, Unit
-
     from .run.spec_builder import check_types
+    from .specs import PROTOCOLS, RunSpec, Unit
 
     if protocol not in PROTOCOLS:
         raise UserError(f"unknown protocol {protocol!r}; valid: {', '.join(PROTOCOLS)}")

@@ -313,6 +313,17 @@ BAD_INPUT = {  # case -> (arguments, what the one error line must say, what it m
 }
 
 
+def test_an_empty_out_is_refused_not_the_current_folder(tmp_path, capsys, monkeypatch):
+    """`--out ""` was read as the current folder and a complete run landed there."""
+    monkeypatch.chdir(tmp_path)
+    assert evaluate_main(["--model", "deit", "--attack", "fgsm", "--eps", "4/255", "--limit", "4", "--quiet",
+                          "--out", ""]) == 2
+    assert "--out is empty" in _one_error_line(capsys.readouterr().err)
+    assert main(["reproduce", "digits-smoke", "--model", "deit", "--limit", "4", "--out", " "]) == 2
+    assert "--out is empty" in _one_error_line(capsys.readouterr().err)
+    assert list(tmp_path.iterdir()) == []
+
+
 @pytest.mark.parametrize("case", sorted(BAD_INPUT))
 def test_bad_input_one_error_line(case, tmp_path, capsys, monkeypatch):
     from robustbench_pid.data.imagenet import IMAGENET_ROOT_ENV

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 from typing import Any, Dict
 
 from ..specs import PRECISIONS, PROTOCOLS
@@ -64,7 +63,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="attention: per-layer metrics of the clean and attacked points (one extra forward pass per "
                         "sample and condition) into attention.parquet; see docs/benchmarks.md")
     r = p.add_argument_group("running")
-    r.add_argument("--out", type=Path, help="run folder (default: results/<model>_<dataset>_<what>_<protocol>_<hash>)")
+    r.add_argument("--out", help="run folder (default: results/<model>_<dataset>_<what>_<protocol>_<hash>)")
     r.add_argument("--batch-size", type=int, default=128, help="images per batch; 0 = largest that fits (GPU only)")
     r.add_argument("--chunk-size", type=int, default=512, help="samples per work unit (resume granularity)")
     r.add_argument("--seed", type=int, default=0, help="seeds every random draw (>= 0)")

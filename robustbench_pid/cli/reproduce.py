@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
 from ..errors import UserError
@@ -34,7 +33,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data-root", help="folder holding imagenet/val, imagenet-a, imagenet-r, imagenet-c, imagenet-o")
     p.add_argument("--dataset-root", action="append", default=[], metavar="DATASET=PATH",
                    help="where one dataset is, when not under --data-root by its conventional name (repeatable)")
-    p.add_argument("--out", type=Path, help="study folder (default: results/study-<STUDY>); several models and both "
+    p.add_argument("--out", help="study folder (default: results/study-<STUDY>); several models and both "
                                             "protocols can share one")
     p.add_argument("--protocol", choices=PROTOCOLS, help="default: the study's (the paper's own)")
     p.add_argument("--only", action="append", default=[], metavar="ROW", help="run only this row (repeatable)")
@@ -125,6 +124,8 @@ def run(args: argparse.Namespace) -> int:
 
     if args.calibration and not args.dry_run:
         raise UserError("--calibration prices the plan of a --dry-run; add --dry-run")
+    if args.out is not None and not args.out.strip():  # "" would quietly mean the default folder
+        raise UserError("--out is empty; give the study folder (leave it out for results/study-<STUDY>)")
     converge = None
     if args.converge:
         converge = {"tol": args.converge_tol, "opt": key_values(args.converge_opt, "--converge-opt")}

@@ -10,6 +10,7 @@ from __future__ import annotations
 import inspect
 import json
 import math
+import numbers
 import os
 import sys
 from pathlib import Path
@@ -34,8 +35,6 @@ def _names(x: Union[None, str, Iterable[str]]) -> List[str]:
 def eps_list(eps: EpsLike) -> Optional[List[float]]:
     """``"1/255,2/255"``, a number, or a list of numbers / ``"a/b"`` strings -> floats (None: not given)."""
     from ..core.labels import parse_eps
-
-    import numbers
 
     if eps is None:
         return None
@@ -260,8 +259,6 @@ def check_types(flags: Mapping[str, Any], whole: Mapping[str, Any]) -> Tuple[Lis
     """Switches must be booleans and counts whole numbers (None where optional), numpy's included; returned as
     Python bool / int. In Python ``allow_pickle="false"`` is truthy and would opt in to running a pickle's
     code, ``seed=1.5`` would be recorded as 1.5 but run as 1, ``limit=True`` would run one sample."""
-    import numbers
-
     import numpy as np
 
     for name, v in flags.items():
