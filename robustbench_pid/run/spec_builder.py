@@ -130,7 +130,7 @@ def attack_specs(attack: Union[None, str, Sequence[str]] = None, eps: EpsLike = 
 def check_user_eps(cls: Any, eps: Optional[float]) -> None:
     """An L-inf eps of 1 lets an attack replace the image by any other: a typo for 1/255, not a budget (the
     unbounded run that checks attacks is ``--indicators``' own, not an eps)."""
-    if eps is not None and cls.norm == "linf" and eps >= cls.eps_max:
+    if eps is not None and cls.norm == "linf" and eps == cls.eps_max:  # above it: the attack says "exceeds"
         raise UserError(f"attack {cls.name!r}: eps {eps:g} spans the whole pixel range [0, 1] (any image can be "
                         f"reached); did you mean {eps:g}/255? (--indicators adds an unbounded check run itself)")
 
