@@ -133,7 +133,7 @@ def check_dataset(name: str, dataset: str) -> None:
     kind = datasets.get(dataset).samples
     if kind in get_benchmark(name).samples:
         return
-    fit = [b for b in benchmark_names() if kind in get_benchmark(b).samples]
+    fit = [b for b in benchmark_names() if kind in get_benchmark(b).samples and b != "converge"]  # --converge's
     why = {"restricted": "its images belong to a 200-class subset, scored on masked logits",
            "ood": "its out-of-distribution images have no true class",
            "corrupted": "its images are ImageNet-C's corrupted copies, scored per corruption and severity",
