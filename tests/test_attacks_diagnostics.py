@@ -95,3 +95,43 @@ def test_checks_read_the_metadata_columns_not_the_attack_names():
     assert [(f.attack, f.eps, f.value) for f in found] == [("bb", 0.1, 30.0)]  # not the L2 one, not noise
     assert [(f.attack, f.eps) for f in check_large_eps(t)] == [("wb", 0.3)]
     assert [(f.attack, f.eps) for f in check_eps_monotone(t)] == [("wb", 0.3)]
+
+
+def test_pgd_and_fgsm_are_compared_on_the_samples_both_attacked():
+    """FGSM on 8 samples and PGD on 24 (16 more, all robust): PGD is higher overall but lower on the 8 both
+    attacked, so nothing is found; on the same samples a real PGD-above-FGSM still is."""
+    fgsm = records("fgsm", 0.01, [1] * 3 + [0] * 5, [False] * 8)
+    pgd = records("pgd", 0.01, [1] * 2 + [0] * 6 + [1] * 16, [False] * 24)
+    assert check_pgd_vs_fgsm(pd.concat([fgsm, pgd], ignore_index=True)) == []
+    worse = records("pgd", 0.01, [1] * 6 + [0] * 2 + [1] * 16, [False] * 24)
+    (f,) = check_pgd_vs_fgsm(pd.concat([fgsm, worse], ignore_index=True))
+    assert f.value == 37.5  # 6/8 against 3/8, not 22/24 against 3/8
+
+
+def test_attack_moved_nothing_is_not_said_of_attacks_that_return_the_image_where_they_fail():
+    """Square and AutoAttack return the clean image for samples they could not break: all-zero perturbations
+    there mean "broke nothing", not masked gradients; a PGD that moved nothing is still an error."""
+    from robustbench_pid.results.report.diagnostics import check_attack_moved
+
+    def moved_nothing(attack, white_box):
+        r = records(attack, 4 / 255, [1] * 8, [None] * 8)
+        return r.assign(pert_linf=0.0, white_box=white_box, clean_pred=r.index % 3, label=r.index % 3)
+
+    assert check_attack_moved(moved_nothing("square", False)) == []
+    assert check_attack_moved(moved_nothing("autoattack", True)) == []
+    (f,) = check_attack_moved(moved_nothing("pgd", True))
+    assert f.code == "attack-moved-nothing" and f.severity == "error"
+
+
+def test_no_signs_is_said_only_where_a_gradient_masking_check_could_run():
+    from robustbench_pid.results.report.diagnostics import checks_that_apply
+
+    aa_only = pd.concat([records("clean", 0.0, [1] * 10, [None] * 10),
+                         records("autoattack", 4 / 255, [1] * 5 + [0] * 5, [None] * 10)], ignore_index=True)
+    assert checks_that_apply(aa_only) == []
+    text = format_findings(diagnose(aa_only), applied=checks_that_apply(aa_only))
+    assert "no gradient-masking check could run" in text and "no gradient-masking signs" not in text
+    sweep = pd.concat([records("fgsm", 0.01, [1] * 5 + [0] * 5, [False] * 10),
+                       records("pgd", 0.01, [1] * 3 + [0] * 7, [False] * 10)], ignore_index=True)
+    assert checks_that_apply(sweep) == ["pgd-above-fgsm", "zero-gradients"]
+    assert format_findings([], applied=checks_that_apply(sweep)).endswith("(pgd-above-fgsm, zero-gradients)")

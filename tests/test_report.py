@@ -48,6 +48,18 @@ def test_report_shows_diagnostics_or_says_why(runs):
         assert "<li" in section or "No gradient-masking signs" in section
 
 
+def test_report_says_no_signs_only_where_the_evidence_supports_it(tmp_path):
+    """PGD-2 whose incomplete-optimisation indicator flags samples: the page says so, with the terminal's warning,
+    instead of "no gradient-masking signs" (it said that while its own evidence table showed the flags)."""
+    rbp.evaluate(model="deit", attack="pgd", eps="4/255", steps=2, limit=8, out=tmp_path / "r1", quiet=True)
+    flagged = load_inputs(tmp_path / "r1").results
+    assert (flagged.loc[flagged["metric"] == "incomplete_optimization", "value"] > 0).any()
+    page = build_report(load_inputs(tmp_path / "r1"))
+    section = page.split("<h2>Gradient-masking diagnostics</h2>", 1)[1].split("<h2>", 1)[0]
+    assert "No gradient-masking signs" not in section
+    assert "may be an overestimate" in section and "--converge" in section
+
+
 BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
 
 

@@ -136,14 +136,14 @@ def run(args: argparse.Namespace) -> int:
     if text:
         print("\n" + text)
     if spec.benchmark == "adversarial" and spec.attacks:
-        from ..results.report.diagnostics import diagnose, format_findings
+        from ..results.report.diagnostics import checks_that_apply, diagnose, format_findings
 
         from ..results.report.evidence_text import format_evidence, overestimate_note
 
         records = pd.read_parquet(out / "records.parquet")
         summary = pd.read_csv(summary_path)
         note = overestimate_note(summary)
-        print("\n" + format_findings(diagnose(records), flagged=bool(note)))
+        print("\n" + format_findings(diagnose(records), flagged=bool(note), applied=checks_that_apply(records)))
         print("\n" + format_evidence(summary))
         if note:
             print(note)

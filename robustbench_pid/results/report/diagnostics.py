@@ -109,8 +109,25 @@ def check_eps_monotone(data: pd.DataFrame, tol: float = 1.0) -> List[Finding]:
     return out
 
 
+def _on_shared_samples(records: pd.DataFrame, a: str, b: str) -> pd.DataFrame:
+    """Top-1 rows of attacks ``a`` and ``b`` recomputed on the samples both were run on (per model, protocol and
+    eps), so two runs of different sample sets are not compared as if they were one."""
+    from ..store import summarize
+
+    r = records[records["attack"].isin([a, b])]
+    keys = [k for k in RUN_KEYS + ["eps"] if k in r.columns]
+    parts = []
+    for _, g in r.groupby(keys, sort=False, dropna=False):
+        shared = set(g.loc[g["attack"] == a, "sample_id"]) & set(g.loc[g["attack"] == b, "sample_id"])
+        parts.append(g[g["sample_id"].isin(shared)])
+    sub = pd.concat(parts) if parts else r.iloc[:0]
+    return summarize(sub) if len(sub) else sub
+
+
 def check_pgd_vs_fgsm(data: pd.DataFrame, tol: float = 1.0) -> List[Finding]:
-    """PGD should never leave more accuracy than FGSM at the same eps."""
+    """PGD should never leave more accuracy than FGSM at the same eps (on the samples both attacked)."""
+    if "sample_id" in data.columns:
+        data = _on_shared_samples(data, "pgd", "fgsm")
     df = _tidy(data)
     out: List[Finding] = []
     for ids, g in _groups(df):
@@ -236,7 +253,13 @@ def check_attack_moved(records: pd.DataFrame) -> List[Finding]:
     norms = [c for c in ("pert_linf", "pert_l2", "pert_l1") if c in records.columns]
     if "sample_id" not in records.columns or not norms or "eps" not in records.columns:
         return []
-    r = records[(records["attack"] != "clean") & (records["eps"] > 0)]
+    from .indicators import LIBRARY_ATTACKS
+
+    # the library attacks (Square, AutoAttack and its parts) return the clean image where they fail, so all-zero
+    # perturbations only say they broke nothing there; gradient-free attacks have no gradients to blame
+    r = records[(records["attack"] != "clean") & (records["eps"] > 0) & ~records["attack"].isin(LIBRARY_ATTACKS)]
+    if "white_box" in r.columns:
+        r = r[r["white_box"].fillna(True).astype(bool)]
     if "attacked" in r:
         r = r[r["attacked"].astype(bool)]
     r = r[r[norms].notna().all(axis=1)]
@@ -272,21 +295,53 @@ def diagnose(records: pd.DataFrame) -> List[Finding]:
     tidy = _tidy(records)
     findings: List[Finding] = []
     for check in CHECKS[:-1]:
-        findings.extend(check(tidy))
+        findings.extend(check(records if check is check_pgd_vs_fgsm and "sample_id" in records.columns else tidy))
     findings.extend(check_zero_gradients(records))
     for check in RECORD_CHECKS:
         findings.extend(check(records))
     return findings
 
 
-def format_findings(findings: List[Finding], flagged: bool = False) -> str:
+def checks_that_apply(records: Optional[pd.DataFrame]) -> List[str]:
+    """The gradient-masking checks the data can feed (each needs something: several eps of one attack, PGD and
+    FGSM at one eps, a black-box and a white-box attack, a large eps, recorded gradients). An empty list means
+    no gradient-masking check could run, so "no signs" would say nothing."""
+    if records is None or len(records) == 0:
+        return []
+    if "sample_id" in records.columns and "benchmark" in records.columns:
+        records = records[records["benchmark"] == "adversarial"]
+    tidy = _tidy(records)
+    out: List[str] = []
+    for ids, g in _groups(tidy):
+        wc = g[_worst_case(g)]
+        if (wc.groupby("attack")["eps"].nunique() > 1).any():
+            out.append("eps-not-monotone")
+        if set(g.loc[g["attack"] == "pgd", "eps"]) & set(g.loc[g["attack"] == "fgsm", "eps"]):
+            out.append("pgd-above-fgsm")
+        wb = g["white_box"].astype(bool)
+        if (~wb & _worst_case(g)).any() and wb.any():
+            out.append("black-box-beats-white-box")
+        if (g["eps"] >= 0.25).any():
+            out.append("large-eps-not-zero")
+    if "grad_zero" in records.columns and records["grad_zero"].notna().any():
+        out.append("zero-gradients")
+    return sorted(set(out))
+
+
+def format_findings(findings: List[Finding], flagged: bool = False, applied: Optional[List[str]] = None) -> str:
     """Plain text for the terminal, one finding a line. ``flagged``: indicators of attack failure flag
-    samples (``evidence_text.overestimate_note``), so "no signs" would claim more than the checks support."""
+    samples (``evidence_text.overestimate_note``), so "no signs" would claim more than the checks support.
+    ``applied``: the gradient-masking checks the data could feed (:func:`checks_that_apply`; None: not known)."""
     if not findings and flagged:
         return ("diagnostics: the gradient-masking checks that ran found nothing, but the indicators flag samples the "
                 "attack may not have solved (see the warning below): that is no evidence the numbers are sound")
+    if not findings and applied is not None and not applied:
+        return ("diagnostics: no gradient-masking check could run on these results (they need several eps of one "
+                "attack, PGD and FGSM at one eps, a black-box beside a white-box attack, or recorded gradients): "
+                "the robust accuracies are upper bounds that nothing here has checked")
     if not findings:
-        return "diagnostics: no gradient-masking signs or broken-model signs found by the checks that ran"
+        which = f" ({', '.join(applied)})" if applied else ""
+        return f"diagnostics: no gradient-masking signs or broken-model signs found by the checks that ran{which}"
     return "\n".join(["diagnostics:"] + [f"  [{f.severity}] {f.code}: {f.message}" for f in findings])
 
 
@@ -306,7 +361,8 @@ def attach_diagnostics(df: Any, records: pd.DataFrame, warn: bool = True) -> Lis
     findings = diagnose(records)
     note = overestimate_note(summarize(records)) if "benchmark" in records.columns else ""
     df.attrs["diagnostics"] = [asdict(f) for f in findings]
-    df.attrs["diagnostics_text"] = format_findings(findings, flagged=bool(note)) + (f"\n{note}" if note else "")
+    df.attrs["diagnostics_text"] = format_findings(findings, flagged=bool(note), applied=checks_that_apply(records)) + \
+        (f"\n{note}" if note else "")
     if warn:
         for f in findings:
             if f.severity == "error":

@@ -21,7 +21,8 @@ import pandas as pd
 from ...core.version import __version__
 from ..tables.comparisons import compare_models
 from .attention_report import attention_section
-from .diagnostics import diagnose
+from .diagnostics import checks_that_apply, diagnose, format_findings
+from .evidence_text import overestimate_note
 from .evidence_report import converge_section, evidence_section
 from ..inputs import AGGREGATE_METRICS, Inputs, as_inputs, attack_norms
 from ...core.labels import eps_text
@@ -89,11 +90,15 @@ def diagnostics_section(inp: Inputs) -> Tuple[str, List[Any]]:
         return "<p class='muted'>Diagnostics need per-sample records: pass run folders, not tidy tables.</p>", []
     try:
         findings = list(diagnose(inp.records) or [])
+        note = overestimate_note(inp.results)  # the de-duplicated rows the tables show
+        applied = checks_that_apply(inp.records)
     except Exception as exc:  # noqa: BLE001  (a failing check must not hide the rest of the report)
         return f"<p class='sev-error'>The diagnostics failed: {_esc(exc)}</p>", []
-    if not findings:
-        return "<p>No gradient-masking signs found by the checks that ran.</p>", []
-    return "<ul>" + "".join(_finding_html(f) for f in findings) + "</ul>", findings
+    warn = f"<p class='sev-warning'>{_esc(note)}</p>" if note else ""
+    if not findings:  # the same words as the terminal: "no signs" only where the checks that ran support it
+        text = format_findings(findings, flagged=bool(note), applied=applied).removeprefix("diagnostics: ")
+        return f"<p>{_esc(text[:1].upper() + text[1:])}.</p>" + warn, []
+    return "<ul>" + "".join(_finding_html(f) for f in findings) + "</ul>" + warn, findings
 
 
 def provenance_section(runs: Sequence[Dict[str, Any]], norms: Optional[Mapping[str, str]] = None) -> str:
