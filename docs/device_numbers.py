@@ -53,7 +53,7 @@ def agreement(run: Path, cpu: Path) -> List[Dict]:
     """Per condition of ``run``: n, robust top-1 on the CPU and on the device, verdicts that differ, and the
     ladder's status on each (converged conditions)."""
     from robustbench_pid.results.store import load_records
-    from robustbench_pid.results.summaries.converge import condition_status
+    from robustbench_pid.results.summaries.converge import condition_detail, condition_status
 
     a, b = load_records(cpu), load_records(run)
     info = [json.loads((d / "run.json").read_text()) for d in (cpu, run)]
@@ -69,8 +69,12 @@ def agreement(run: Path, cpu: Path) -> List[Dict]:
         row = {"condition": f"{attack} {round(eps * 255)}/255" if eps else attack, "n": len(shared),
                "cpu": 100 * ref.loc[shared].mean(), "gpu": 100 * dev.loc[shared].mean(),
                "differ": int((ref.loc[shared] != dev.loc[shared]).sum()), "status": ""}
+        row["why"] = ""
         if bench == "converge":
             row["status"] = f"{condition_status(h)} / {condition_status(g)}"
+            if condition_status(h) != condition_status(g):  # e.g. other work units: the stop rule saw other chunks
+                row["why"] = (f"CPU ({info[0]['chunk_size']}-sample units): {condition_detail(h)}; GPU "
+                              f"({info[1]['chunk_size']}-sample units): {condition_detail(g)}")
         out.append(row)
     return out
 
@@ -89,12 +93,20 @@ def agreement_table() -> str:
                   f"`docs/runs/devices/{session.name}/`):", "",
                   "| run | condition | n | CPU robust top-1 | GPU robust top-1 | verdicts that differ | "
                   "ladder status CPU / GPU |", "|---|---|---|---|---|---|---|"]
+        whys = []
         for run, cpu in runs:
             name = str(run.relative_to(session))
             for r in agreement(run, cpu):
                 lines.append(f"| {name} | {r['condition']} | {r['n']} | {r['cpu']:.2f} | {r['gpu']:.2f} | "
                              f"{r['differ']} | {r['status'] or '-'} |")
+                if r["why"]:
+                    same = "the same samples broken" if r["differ"] == 0 else f"{r['differ']} verdicts differ"
+                    whys.append(f"- {name}, {r['condition']} ({same}): {r['why']}.")
         lines.append("")
+        if whys:
+            lines += ["Where the ladder's status differs, the stop rule saw other work units (each unit's ladder "
+                      "stops on its own, and the condition is converged only if its units' last full rungs together "
+                      "broke at most the condition's tolerance):", "", *whys, ""]
     return "\n".join(lines) if lines else "No GPU run is committed yet."
 
 

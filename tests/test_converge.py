@@ -565,3 +565,67 @@ def test_a_damaged_entry_file_is_one_error_and_converged_columns_come_after_the_
     (out / "deit@DeiT" / "entry.json").write_text('{"model": "de')
     with pytest.raises(UserError, match="entry.json is damaged \\(not JSON\\); run reproduce for that model again"):
         study_cells(out)
+
+
+def _unit_records(units, tol_share=0.001, tol_min=1):
+    """Converge records of one condition: per unit (rungs, broke, robust flags, gradient-free flags)."""
+    import json
+
+    params = json.dumps({"ladder": {**LadderSpec().as_dict(), "tol_share": tol_share, "tol_min": tol_min}})
+    rows = []
+    for u, (rungs, broke, robust, gradless) in enumerate(units):
+        for i, (r, g) in enumerate(zip(robust, gradless)):
+            rows.append({"unit": f"u{u}", "sample_id": f"{u}-{i}", "params": params, "correct_top1": r,
+                         "grad_unavailable": g, "converge_status": CONVERGED, "converge_detail": "d",
+                         "converge_rungs": ",".join(rungs), "converge_broke": ",".join(map(str, broke))})
+    return pd.DataFrame(rows)
+
+
+def test_the_condition_level_rule_sees_what_small_units_leave_to_their_last_rung():
+    """Each unit's ladder stops on its own tolerance (1 sample); three units whose last full rungs each broke one
+    sample left 3 of the condition's 360 to it, more than its tolerance of 1: not converged. A unit with nothing
+    left robust counts 0, and robust samples without gradients beyond the condition's tolerance make it an upper
+    bound even if no unit saw more than one."""
+    from robustbench_pid.results.summaries.converge import condition_detail, condition_status, last_full_breaks
+
+    ok = [True] * 119 + [False]
+    rungs = ["user", "apgd-ce", "apgd-t"]
+    each_one = _unit_records([(rungs, [5, 0, 1], ok, [False] * 120)] * 3)
+    assert last_full_breaks(each_one) == 3 and condition_status(each_one) == NOT_CONVERGED
+    assert "3 of 3 work units converged; their last full rungs broke 3 of 360 samples (tolerance 1" in \
+        condition_detail(each_one)
+    one = _unit_records([(rungs, [5, 0, 1], ok, [False] * 120)] + [(rungs, [5, 0, 0], ok, [False] * 120)] * 2)
+    assert condition_status(one) == CONVERGED
+    emptied = _unit_records([(rungs + ["spsa"], [5, 0, 1, 0], ok, [False] * 120)] +
+                            [(rungs, [120, 0, 3], [False] * 120, [False] * 120)] * 2)  # nothing left: counts 0
+    assert last_full_breaks(emptied) == 1 and condition_status(emptied) == CONVERGED
+    gradless = _unit_records([(rungs, [5, 0, 0], ok, [True] + [False] * 119)] * 3)
+    assert condition_status(gradless) == UPPER_BOUND
+
+
+def test_rung0_draws_as_the_users_row_when_some_samples_are_not_attacked(plain, digits8, tmp_path):
+    """Samples wrong at clean top-5 are not attacked; rung 0 must still draw the random starts of the attacked
+    rows as the adversarial unit did, so its verdicts (and the gap) are the user's row's."""
+    x, y = digits8
+    x, y = x[:32], y[:32].clone()
+    with torch.no_grad():
+        least = plain(x).argmin(1)
+    y[:5] = least[:5]  # the model's least likely class: wrong at top-5
+    df = rbp.evaluate(model=plain, data=(x, y), attack="pgd", eps=EPS, steps=1, converge=True, converge_opt=FAST,
+                      out=tmp_path / "r", name="r", mean=[0.0], std=[1.0])
+    rec = rbp.load_records(df.attrs["run_dir"])
+    pgd = rec[rec["attack"] == "pgd"].set_index("sample_id")["correct_top1"]
+    lad = rec[rec["benchmark"] == "converge"].set_index("sample_id")
+    assert (lad["rung0_correct_top1"] == pgd.loc[lad.index]).all()
+    c5 = int(lad["clean_correct_top5"].astype(bool).sum())
+    assert c5 < 32 and int(lad["converge_attacked"].iloc[0].split(",")[0]) == c5  # rung 0 attacks the top-5 correct
+    gap = df[df["metric"] == "converge_gap"]["value"].iloc[0]
+    pgd_v = df[(df["attack"] == "pgd") & (df["metric"] == "top1")]["value"].iloc[0]
+    assert gap == pytest.approx(pgd_v - converged_row(df)["value"])
+
+
+def test_cut_gradients_in_one_sample_units_are_still_an_upper_bound(plain, digits8, tmp_path):
+    """With one sample per work unit no unit sees more gradient-free samples than its tolerance of 1; the
+    condition does, so it is not reported converged at the user's PGD value."""
+    df, rec = converge(Cut(copy.deepcopy(plain)), digits8, tmp_path, "cut1", n=16, chunk_size=1)
+    assert converged_row(df)["status"] == UPPER_BOUND and rec["grad_unavailable"].sum() > 1

@@ -4,6 +4,7 @@ do not depend on the device's RNG, and GPU-only behaviour (bf16 attacks, automat
 from __future__ import annotations
 
 import os
+import re
 
 import pandas as pd
 import pytest
@@ -134,8 +135,9 @@ def _device_numbers():
 def test_committed_gpu_runs_agree_with_the_cpu_reference_runs() -> None:
     """Any machine, on the committed runs a lent GPU made (docs/runs/devices/): every condition set beside its
     CPU run agrees on at least 98% of the samples (docs/attacks.md's precision agreement), and every
-    ``--converge`` condition has the same ladder status on both devices: the GPU's verdicts are the CPU's up
-    to rounding (docs/devices.md's generated table shows the same rows)."""
+    ``--converge`` condition has the same ladder status on both devices where both cut it into the same work
+    units (the stop rule is applied per unit, then to the whole condition; with other units the same verdicts
+    may meet it differently, and the table says so): the GPU's verdicts are the CPU's up to rounding."""
     dn = _device_numbers()
     runs = list(dn.device_runs())
     assert runs, "no committed GPU run under docs/runs/devices/"
@@ -148,7 +150,9 @@ def test_committed_gpu_runs_agree_with_the_cpu_reference_runs() -> None:
             assert r["n"] == 360 and r["differ"] <= 0.02 * r["n"], (run_dir, r)
             if r["status"]:
                 cpu_status, gpu_status = r["status"].split(" / ")
-                assert cpu_status == gpu_status, (run_dir, r)
+                if cpu_status != gpu_status:  # only where the work units were cut differently, with equal verdicts
+                    sizes = re.findall(r"\((\d+)-sample units\)", r["why"])
+                    assert r["differ"] == 0 and len(sizes) == 2 and sizes[0] != sizes[1], (run_dir, r)
                 converged += 1
     assert converged >= 2  # both embedded DeiTs' ladders ran on the GPU
     # a condition whose units were cut differently (other random starts) is not counted as a device comparison

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from ..attacks import make_attack
-from ..attacks.base import still_correct
+from ..attacks.base import aligned_draws, still_correct
 from ..runtime.device import attack_precision
 from ..runtime.health import check_finite
 from ..results.report.indicators import LIBRARY_ATTACKS, TREND_TAU, loss_trend
@@ -80,7 +80,8 @@ class Converge(Benchmark):
         for, so a ladder that needs them costs more than this)."""
         p = json.loads(unit.params)
         s = LadderSpec.from_options(p["ladder"])
-        fwd, fb = 3.0 + s.square_queries + s.fab_steps * s.targets, 2.0 + s.steps * (1 + s.targets)
+        # FAB-T: one Jacobian pass (forward+backward) per iteration and target, as FABT.passes() counts it
+        fwd, fb = 3.0 + s.square_queries + s.fab_steps * s.targets, 2.0 + s.steps * (1 + s.targets) + s.fab_steps * s.targets
         for name, params in p["rung0"]:
             f, b = make_attack(name, **params).passes()
             fwd, fb = fwd + f, fb + b
@@ -118,7 +119,8 @@ class Converge(Benchmark):
         rung0_robust = ladder.robust.clone()
         everyone = torch.arange(len(y))
         ladder.charge("user", everyone, torch.cat(fwd0), torch.cat(bwd0))
-        ladder.history.append({"id": "user", "attacked": int(c1.sum()), "broke": int((c1.cpu() & ~rung0_robust).sum()),
+        c5_all = still_correct(clean, y, 5).cpu()  # rung 0 attacks every clean top-5 correct sample
+        ladder.history.append({"id": "user", "attacked": int(c5_all.sum()), "broke": int((c1.cpu() & ~rung0_robust).sum()),
                                "full": True, "label": "+".join(n for n, _ in rung0)})
         for i in (c1.cpu() & ~rung0_robust).nonzero().squeeze(1).tolist():
             ladder.broken_by[i] = "user"
@@ -161,7 +163,9 @@ class Converge(Benchmark):
                 continue
             attack = make_attack(name, **params)
             x_adv = x.clone()
-            with attack_precision(ctx.device, ctx.spec.precision):
+            # random starts drawn for the whole batch and taken at the attacked rows, as the adversarial unit draws
+            # them: rung 0 is the user's attack exactly as its row ran it, so the gap to it is the ladder's
+            with attack_precision(ctx.device, ctx.spec.precision), aligned_draws(len(x), sel.cpu()):
                 x_adv[sel] = attack(ctx.attacked_model(), x[sel], y[sel], bounds=(0.0, 1.0), generator=gen, trace=True)
             check_finite(x_adv[sel], ctx, unit, "attack")
             with torch.inference_mode():

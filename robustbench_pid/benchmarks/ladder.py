@@ -241,7 +241,9 @@ def verdict(ladder: Ladder, tol: int, last_full: Optional[Tuple[str, int]], grad
     if last_full is None:
         return NOT_CONVERGED, "no full rung ran"
     rid, broke = last_full
-    if broke <= tol or not ladder.robust.any():
+    if not ladder.robust.any():  # nothing left for a further rung to break
+        return CONVERGED, "no sample is left robust" + (f" (the last, {rid}, broke {broke})" if broke else "")
+    if broke <= tol:
         return CONVERGED, f"the last full rung ({rid}) broke {broke} sample(s) (tolerance {tol})"
     return NOT_CONVERGED, f"the last rung ({rid}) still broke {broke} sample(s) (tolerance {tol})"
 

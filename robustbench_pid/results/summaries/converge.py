@@ -31,18 +31,71 @@ RUNG_LABELS = {"user": "your attack", "eot-ce": "APGD-CE + EOT", "eot-dlr": "APG
 CONVERGE_METRICS = ("rung_top1", "converge_gap", "converge_passes_forward", "converge_passes_backward")
 
 
+NOT_FULL = ("user", "strong-flagged", "spsa")  # rungs that attack a subset (or are rung 0): not the stop rule's
+
+
+def _units(g: pd.DataFrame) -> pd.DataFrame:
+    return g.drop_duplicates("unit") if "unit" in g.columns else g.head(1)
+
+
+def condition_tolerance(g: pd.DataFrame) -> Optional[int]:
+    """The ladder's tolerance for the whole condition (as if it were one work unit), from its recorded settings;
+    None for records that do not carry them."""
+    import json
+    import math
+
+    try:
+        lad = json.loads(str(g["params"].iloc[0]))["ladder"]
+        return max(int(lad["tol_min"]), int(math.floor(float(lad["tol_share"]) * len(g) + 1e-9)))
+    except (KeyError, ValueError, TypeError, IndexError):
+        return None
+
+
+def last_full_breaks(g: pd.DataFrame) -> int:
+    """Samples the last full rung of each work unit still broke, summed over the condition's units (0 for a unit
+    with no sample left robust: no further rung could break one there)."""
+    total = 0
+    for _, u in _units(g).iterrows():
+        rows = g[g["unit"] == u["unit"]] if "unit" in g.columns else g
+        if not rows["correct_top1"].astype(bool).any():
+            continue
+        pairs = [(r, int(b)) for r, b in zip(str(u["converge_rungs"]).split(","), str(u["converge_broke"]).split(","))
+                 if r and r not in NOT_FULL]
+        total += pairs[-1][1] if pairs else 0
+    return total
+
+
 def condition_status(g: pd.DataFrame) -> str:
-    """The worst status over a condition's chunks: an upper bound anywhere makes the whole an upper bound."""
+    """The worst status over a condition's chunks (an upper bound anywhere makes the whole an upper bound), then
+    the stop rule for the whole condition: each work unit's ladder stops on its own tolerance, so many small units
+    could each leave a sample to their last rung; the condition is converged only if its last full rungs together
+    broke at most the condition's tolerance, and an upper bound if more of its robust samples than that had no
+    usable gradients."""
     got = set(g["converge_status"].astype(str))
-    for s in (UPPER_BOUND, NOT_CONVERGED):
-        if s in got:
-            return s
-    return CONVERGED if got == {CONVERGED} else NOT_CONVERGED
+    tol = condition_tolerance(g)
+    if UPPER_BOUND in got:
+        return UPPER_BOUND
+    if tol is not None and "grad_unavailable" in g.columns:
+        gradless = g["grad_unavailable"].fillna(False).astype(bool) & g["correct_top1"].astype(bool)
+        if int(gradless.sum()) > tol:
+            return UPPER_BOUND
+    if NOT_CONVERGED in got or got != {CONVERGED}:
+        return NOT_CONVERGED
+    if tol is not None and last_full_breaks(g) > tol:
+        return NOT_CONVERGED
+    return CONVERGED
 
 
-def _detail(g: pd.DataFrame) -> str:
-    per_unit = g.drop_duplicates("unit") if "unit" in g.columns else g.head(1)
-    return "; ".join(dict.fromkeys(per_unit["converge_detail"].astype(str)))
+def condition_detail(g: pd.DataFrame) -> str:
+    """One line on how the condition's status came about (its work units' ladders, summed at condition level)."""
+    per_unit = _units(g)
+    units = "; ".join(dict.fromkeys(per_unit["converge_detail"].astype(str)))
+    tol = condition_tolerance(g)
+    if len(per_unit) == 1 or tol is None:
+        return units
+    ok = int((per_unit["converge_status"].astype(str) == CONVERGED).sum())
+    return (f"{ok} of {len(per_unit)} work units converged; their last full rungs broke {last_full_breaks(g)} of "
+            f"{len(g)} samples (tolerance {tol} for the condition); per unit: {units}")
 
 
 def _passes(g: pd.DataFrame, rung: str, kind: str) -> pd.Series:
@@ -87,7 +140,7 @@ def converge_rows(records: pd.DataFrame, ce_baseline: Optional[str] = None) -> p
         base_row = acc[(acc["eps"] == g["eps"].iloc[0]) & (acc["settings_id"] == g["settings_id"].iloc[0])
                        & (acc["run_id"] == g["run_id"].iloc[0] if "run_id" in acc.columns else True)]
         base = base_row.iloc[0][ident].to_dict()
-        status, detail = condition_status(g), _detail(g)
+        status, detail = condition_status(g), condition_detail(g)
         c = curve(g)
         rows = [{**base, "metric": "rung_top1", "condition": r["rung"], **r} for r in c.to_dict("records")]
         conv = float(base_row.iloc[0]["value"])
@@ -122,7 +175,8 @@ def format_converge(summary: pd.DataFrame) -> str:
                               "bwd/sample": c["passes_backward_cum"].map(lambda v: f"{v:8.1f}")})
         gap = g[g["metric"] == "converge_gap"]["value"]
         status = str(top["status"])
-        what = "converged robust top-1" if status == CONVERGED else f"robust top-1, an upper bound ({status}):"
+        why = status.split(": ", 1)[1] if status.startswith("upper bound: ") else status
+        what = "converged robust top-1" if status == CONVERGED else f"robust top-1, an upper bound ({why}):"
         head = (f"converge: {top.get('model', '')} eps {eps_text(float(top['eps']), 'linf')} "
                 f"(n={int(top['n'])}): {what} {top['value']:.2f}% [{top['ci_low']:.1f}, {top['ci_high']:.1f}]")
         line = f"status: {status}: {top['status_detail']}"
