@@ -159,3 +159,26 @@ def test_a_model_without_blocks_is_refused_before_anything_is_written(tmp_path):
     with pytest.raises(UserError, match="Sequential has none: drop --analyze attention"):
         rbp.evaluate(net, attack="pgd", eps="2/255", data=data, analyze="attention", out=tmp_path / "x", quiet=True)
     assert not (tmp_path / "x" / "plan.json").exists()
+
+
+def test_runs_of_other_settings_stay_apart_a_run_given_twice_counts_once_and_the_unbounded_check_is_not_probed(
+        tmp_path):
+    """PGD-2 and PGD-10 of one model at one eps are two rows (they were merged under one label, with one's value);
+    a run passed twice does not double n; --indicators' unbounded check run is no condition of the analysis."""
+    from robustbench_pid.results.report.attention_report import last_layer_table
+
+    base = dict(attack="pgd", eps="4/255", limit=8, batch_size=8, quiet=True, analyze="attention")
+    rbp.evaluate(model="deit", steps=2, out=tmp_path / "a2", **base)
+    rbp.evaluate(model="deit", steps=10, out=tmp_path / "a10", **base)
+    both = load_attention([tmp_path / "a2", tmp_path / "a10"])
+    table = last_layer_table(both).frame
+    pgd = table[table["condition"].str.startswith("pgd")]
+    assert sorted(pgd["condition"]) == ["pgd 4/255 (a10)", "pgd 4/255 (a2)"]
+    own = last_layer_table(load_attention(tmp_path / "a2")).frame
+    mine = pgd[pgd["condition"] == "pgd 4/255 (a2)"]["shift"].iloc[0]
+    assert mine == own[own["condition"] == "pgd 4/255"]["shift"].iloc[0]
+    twice = load_attention([tmp_path / "a2", tmp_path / "a2"])
+    assert len(twice) == len(load_attention(tmp_path / "a2"))
+    rbp.evaluate(model="deit", steps=2, indicators=True, out=tmp_path / "ai", **base)
+    probed = pd.read_parquet(tmp_path / "ai" / "attention.parquet")
+    assert sorted(set(probed["eps"])) == [0.0, 4 / 255]  # not the unbounded run's eps 1

@@ -17,6 +17,7 @@ import pandas as pd
 import torch
 
 from .rank_collapse import token_representations
+from ..results.report.indicators import UNCONSTRAINED
 from ..specs import Unit
 from .attention import layer_metrics, rows
 
@@ -40,6 +41,13 @@ def _clean_cache(ctx: Any, unit: Unit) -> Dict[Tuple[str, int], Dict[int, torch.
 def probe_batches(ctx: Any, unit: Unit, batches: Iterable[Any]) -> Iterator[Any]:
     if not enabled(ctx):
         yield from batches
+        return
+    if unit.condition == UNCONSTRAINED:  # --indicators' unbounded check run: evidence on the attack, not a condition
+        yield from batches
+        empty = pd.DataFrame({"sample_id": pd.Series(dtype=str), "layer": pd.Series(dtype="int64"),
+                              "metric": pd.Series(dtype=str), "value": pd.Series(dtype="float64"),
+                              "moved": pd.Series(dtype=bool), "note": pd.Series(dtype=str)})
+        ctx.sidecars[unit.key] = {NAME: empty}  # every unit of the plan has its file (merge_sidecars)
         return
     model, frames = ctx.model, []  # the eager model: the hooks live on its modules
     cache = _clean_cache(ctx, unit)

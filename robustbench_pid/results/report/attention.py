@@ -61,9 +61,13 @@ def load_attention(path: Union[str, Path, Sequence[Union[str, Path]]]) -> pd.Dat
     fix; runs without it under a folder are left out with a warning."""
     paths = [path] if isinstance(path, (str, Path)) else list(path)
     frames: List[pd.DataFrame] = []
+    seen: set = set()
     for p in paths:
         loaded = load_runs(p)
         for run in loaded.runs:
+            if Path(run["path"]).resolve() in seen:  # a run given twice (or inside a folder also given) counts once
+                continue
+            seen.add(Path(run["path"]).resolve())
             f = Path(run["path"]) / FILE
             if f.is_file():
                 frames.append(_read(Path(run["path"])))
@@ -79,7 +83,8 @@ def load_attention(path: Union[str, Path, Sequence[Union[str, Path]]]) -> pd.Dat
 
 def attention_of_runs(runs: Sequence[Dict[str, Any]]) -> Optional[pd.DataFrame]:
     """The attention rows of already-loaded runs (``Inputs.runs``: run.json + ``path``), None if none has them."""
-    frames = [_read(Path(r["path"])) for r in runs if r.get("path") and (Path(r["path"]) / FILE).is_file()]
+    paths = dict.fromkeys(Path(r["path"]).resolve() for r in runs if r.get("path"))  # a run given twice: once
+    frames = [_read(p) for p in paths if (p / FILE).is_file()]
     return pd.concat(frames, ignore_index=True) if frames else None
 
 
@@ -156,3 +161,12 @@ def paired_attention(df: pd.DataFrame, model_a: str, model_b: str, metric: str =
                      "mean_b": float(vb.mean()), "delta": float(diff.mean()), "ci_low": lo, "ci_high": hi,
                      "p_wilcoxon": p, "significant": bool(p < 0.05)})
     return pd.DataFrame(rows)
+
+
+def run_suffix(summary: pd.DataFrame) -> Dict[tuple, str]:
+    """(model, attack, eps, run_id, settings_id) -> " (run)" where one model's condition comes from several runs
+    or settings (PGD-2 and PGD-10 at one eps), so their rows are told apart instead of merged; "" otherwise."""
+    keys = ["model", "attack", "eps", "run_id", "settings_id"]
+    u = summary[keys].drop_duplicates()
+    many = u.groupby(["model", "attack", "eps"])["run_id"].transform("size") > 1
+    return {tuple(r[k] for k in keys): (f" ({r['run_id']})" if m else "") for (_, r), m in zip(u.iterrows(), many)}

@@ -10,7 +10,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 import pandas as pd
 
 from ...core.labels import eps_text
-from .attention import METRICS, last_layer, summarize_attention
+from .attention import METRICS, last_layer, run_suffix, summarize_attention
 from .plots import FORMATS, _figure, save_figure
 
 
@@ -31,9 +31,11 @@ def plot_metric_depth(summary: pd.DataFrame, metric: str, norms: Optional[Dict[s
     norms = norms or {}
     for ax, model in zip(axes, models):
         g = s[s["model"] == model]
-        for (attack, eps), c in g.groupby(["attack", "eps"], sort=True):
-            c = c.sort_values("layer")
+        suffix = run_suffix(g)
+        for (attack, eps, run, sid), c in g.groupby(["attack", "eps", "run_id", "settings_id"], sort=True):
+            c = c.sort_values("layer")  # one line per run and setting: PGD-2 and PGD-10 are not one curve
             label = "clean" if attack == "clean" else f"{attack} {eps_text(float(eps), norms.get(str(attack), 'linf'))}"
+            label += suffix.get((model, attack, eps, run, sid), "")
             line, = ax.plot(c["layer"], c["value"], marker="o", ms=3, label=label)
             ax.fill_between(c["layer"], c["ci_low"], c["ci_high"], color=line.get_color(), alpha=0.15, lw=0)
         ax.set_title(model)
@@ -53,11 +55,13 @@ def plot_last_shift(summary: pd.DataFrame, norms: Optional[Dict[str, str]] = Non
         return None
     fig = _figure(4.8, 3.4)
     ax = fig.subplots()
-    for (model, attack), g in s.groupby(["model", "attack"], sort=True):
+    # one line per model, attack and setting-without-eps (a sweep's eps vary; other steps are another line)
+    for (model, attack, run), g in s.groupby(["model", "attack", "run_id"], sort=True):
         g = g.sort_values("eps")
         x = g["eps"] * (255 if (norms or {}).get(str(attack), "linf") == "linf" else 1)
+        many = s[(s["model"] == model) & (s["attack"] == attack)]["run_id"].nunique() > 1
         ax.errorbar(x, g["value"], yerr=[g["value"] - g["ci_low"], g["ci_high"] - g["value"]], marker="o", ms=4,
-                    capsize=3, label=f"{model} ({attack}, layer {int(g['layer'].iloc[0])})")
+                    capsize=3, label=f"{model} ({attack}{', ' + str(run) if many else ''}, layer {int(g['layer'].iloc[0])})")
     ax.set_xlabel("eps (x/255 for Linf)")
     ax.set_ylabel("last-layer shift ||Δh|| / ||h||")
     ax.grid(alpha=0.3)

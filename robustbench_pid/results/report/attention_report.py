@@ -18,7 +18,8 @@ from typing import Any, Dict, List, Optional, Tuple
 import pandas as pd
 
 from ...core.labels import eps_text
-from .attention import METRICS, attention_of_runs, last_layer, paired_attention, summarize_attention, with_shift_gain
+from .attention import (METRICS, attention_of_runs, last_layer, paired_attention, run_suffix, summarize_attention,
+                        with_shift_gain)
 from .attention_plots import _norms, attention_figures
 from .plots import figure_bytes
 from ..tables.render import Table, fmt_p, render_html, render_markdown
@@ -43,12 +44,16 @@ def last_layer_table(df: pd.DataFrame) -> Table:
     """Per model and condition: the last layer's shift, token similarity and effective rank."""
     summary, norms = summarize_attention(with_shift_gain(df)), _norms(df)
     parts = {m: last_layer(summary, m) for m in ("shift", "shift_gain", "token_similarity", "effective_rank")}
-    base = parts["shift"][["model", "attack", "eps", "layer", "n"]]
+    base = parts["shift"][["model", "attack", "eps", "run_id", "settings_id", "layer", "n"]]
+    suffix = run_suffix(summary)
     rows = []
     for r in base.itertuples(index=False):
-        row = {"model": r.model, "condition": _cond(r.attack, r.eps, norms), "layer": int(r.layer), "n": int(r.n)}
+        key = (r.model, r.attack, r.eps, r.run_id, r.settings_id)
+        row = {"model": r.model, "condition": _cond(r.attack, r.eps, norms) + suffix.get(key, ""),
+               "layer": int(r.layer), "n": int(r.n)}
         for m, p in parts.items():
-            hit = p[(p["model"] == r.model) & (p["attack"] == r.attack) & (p["eps"] == r.eps)]
+            hit = p[(p["model"] == r.model) & (p["attack"] == r.attack) & (p["eps"] == r.eps)
+                    & (p["run_id"] == r.run_id) & (p["settings_id"] == r.settings_id)]
             row[m] = _v(*hit[["value", "ci_low", "ci_high"]].iloc[0]) if len(hit) else "—"
         rows.append(row)
     return Table(pd.DataFrame(rows), "Last layer: representation shift (and its gain over the embeddings), token similarity, effective rank",
