@@ -90,3 +90,23 @@ def test_report_renders_in_headless_chromium_offline(runs, tmp_path):
     assert r.returncode == 0, r.stderr[-2000:]
     data = shot.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 20000  # a page with tables and plots, not blank
+
+
+def test_the_evidence_matrix_keeps_protocols_and_runs_apart(tmp_path):
+    """FGSM in the standard and the paper protocol, and PGD on 8 and on 24 samples, were one row each (the first
+    one's values); now a row per protocol and per run, and the report shows the runs its tables show."""
+    from robustbench_pid.results.report.evidence_text import evidence_matrix
+
+    for name, kw in (("fs", dict(attack="fgsm", protocol="standard", limit=8)),
+                     ("fp", dict(attack="fgsm", protocol="paper", limit=8)),
+                     ("p8", dict(attack="pgd", steps=2, limit=8)), ("p24", dict(attack="pgd", steps=2, limit=24))):
+        rbp.evaluate(model="deit", eps="4/255", out=tmp_path / name, quiet=True, **kw)
+    wide, _ = evidence_matrix(load_inputs([tmp_path / "fs", tmp_path / "fp"]).results)
+    assert sorted(wide["protocol"]) == ["paper", "standard"]
+    inp = load_inputs([tmp_path / "p8", tmp_path / "p24"])  # identical settings: the tables show one run
+    wide, _ = evidence_matrix(inp.results)
+    shown = inp.results[(inp.results["attack"] == "pgd") & (inp.results["metric"] == "incomplete_optimization")]
+    assert len(wide) == 1 and len(shown) == 1 and wide["incomplete"].iloc[0] == f"{shown['value'].iloc[0]:.1f}%"
+    assert any("identical settings in several runs" in n for n in inp.notes)
+    wide, _ = evidence_matrix(inp.rows)  # every run's rows (as a caller may pass them): a row per run
+    assert sorted(c.rsplit(" (", 1)[-1] for c in wide["condition "]) == ["p24)", "p8)"]

@@ -31,6 +31,9 @@ def evidence_matrix(summary: pd.DataFrame) -> Tuple[pd.DataFrame, List[str]]:
     label = ev["setting"].astype(str) if "setting" in ev.columns else ev["attack"].astype(str)
     ev["condition "] = [f"{lab} @ {eps_text(e, n)}" + (f" [{c}]" if c else "") for lab, e, n, c in
                         zip(label, ev["eps"], norms, cond)]
+    if "run_id" in ev.columns:  # one model's condition from several runs (other samples or protocols): a row each
+        runs = ev.groupby(["model", "condition "])["run_id"].transform("nunique")
+        ev.loc[runs > 1, "condition "] = ev.loc[runs > 1, "condition "] + " (" + ev.loc[runs > 1, "run_id"].astype(str) + ")"
     notes: List[str] = []
     cells = []
     for _, r in ev.iterrows():
@@ -50,7 +53,8 @@ def evidence_matrix(summary: pd.DataFrame) -> Tuple[pd.DataFrame, List[str]]:
             if isinstance(note, str) and note.startswith("warning"):
                 notes.append(f"{r['model']} {r['condition ']}: {note}")
     ev["cell"] = cells
-    keys = [k for k in ("model", "precision", "condition ") if k in ev.columns]
+    keys = [k for k in ("model", "protocol", "precision", "condition ") if k in ev.columns and
+            (k != "protocol" or ev["protocol"].nunique() > 1)]  # the protocol is a column only when it varies
     wide = ev.pivot_table(index=keys, columns="metric", values="cell", aggfunc="first", sort=False)
     cols = [m for m in EVIDENCE_METRICS if m in wide.columns]
     wide = wide[cols].rename(columns=SHORT).reset_index().fillna("-")

@@ -212,8 +212,9 @@ def build_report(data: Any, title: str = "Robustness report", n_boot: int = 1000
     sections.append(attention_section(inp, n_boot))  # "" unless a run has attention.parquet (--analyze attention)
     diag, _ = diagnostics_section(inp)
     sections.append("<h2>Gradient-masking diagnostics</h2>" + diag)
-    sections.append(evidence_section(inp.rows))  # indicators of attack failure (evidence_report.py)
-    sections.append(converge_section(inp.rows))  # --converge: converged value, status, curve
+    # the de-duplicated rows the tables show, so the evidence is of the same runs
+    sections.append(evidence_section(inp.results))  # indicators of attack failure (evidence_report.py)
+    sections.append(converge_section(inp.results))  # --converge: converged value, status, curve
     sections.append("<h2>Provenance</h2>" + provenance_section(inp.runs, attack_norms(inp.rows)))
     stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     head = (f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>{_esc(title)}</title>"
