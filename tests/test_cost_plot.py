@@ -33,3 +33,15 @@ def test_no_iterative_attack_no_figure(tmp_path) -> None:
     rbp.evaluate(model="deit", attack="fgsm", eps=["2/255"], limit=8, out=str(tmp_path / "r"), quiet=True)
     assert plot_accuracy_vs_cost(rbp.load_results(tmp_path)) is None
     assert pd.Series(write_plots(tmp_path, tmp_path / "p", formats=("png",))[1]).str.startswith("accuracy_vs_cost").any()
+
+
+def test_the_standard_and_the_paper_protocol_are_never_one_line(tmp_path) -> None:
+    """PGD in the two protocols at one eps joined (5, 25.0) and (5, 100.0) into one line; now a line each."""
+    for proto in ("standard", "paper"):
+        rbp.evaluate(model="deit", attack="pgd", eps=["4/255"], steps=2, limit=8, protocol=proto,
+                     param={"early_stop": "false"}, out=str(tmp_path / proto), quiet=True)
+    fig = plot_accuracy_vs_cost(rbp.load_results(tmp_path))
+    (ax,) = [a for a in fig.axes if a.get_visible()]
+    labels = sorted(c.get_label() for c in ax.containers)
+    assert labels == ["deit · pgd (paper, digits)", "deit · pgd (standard, digits)"]
+    assert all(len(c.lines[0].get_xdata()) == 1 for c in ax.containers)

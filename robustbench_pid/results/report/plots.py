@@ -100,6 +100,8 @@ def plot_eps_curves(data: Any, metric: str = "top1", attacks: Optional[Sequence[
                 if s.empty:
                     continue
                 c = clean[clean["label"] == m]
+                if "run_id" in c.columns and (c["run_id"].isin(s["run_id"])).any():
+                    c = c[c["run_id"].isin(s["run_id"])]  # the clean point of the attacked samples' own run
                 x = list(s["eps"] * scale)
                 y, lo, hi = list(s["value"]), list(s["ci_low"]), list(s["ci_high"])
                 if len(c):
@@ -207,10 +209,12 @@ def draw_rank_collapse(df: Any, path: Union[str, Path], title: Optional[str] = N
         df = df[df["metric"] == "token_cosine"]
     if df.empty or "layer" not in df.columns:
         raise UserError("no token_cosine rows to plot (run `evaluate --benchmark rank-collapse` first)")
-    cols = [c for c in ("model", "dataset", "checkpoint_sha256") if c in df.columns]
-    groups = list(df.groupby(cols, sort=False, dropna=False)) if cols else [((), df)]
+    cols = [c for c in ("model", "dataset", "checkpoint_sha256", "run_id") if c in df.columns]
+    groups = list(df.groupby(cols, sort=False, dropna=False)) if cols else [((), df)]  # a line per run
     multi_ds = "dataset" in df.columns and df["dataset"].nunique() > 1
-    label_cols = [c for c in cols if c != "dataset" or multi_ds]
+    multi_run = "run_id" in df.columns and (df.groupby([c for c in cols if c != "run_id"] or ["run_id"])["run_id"]
+                                            .nunique() > 1).any()
+    label_cols = [c for c in cols if (c != "dataset" or multi_ds) and (c != "run_id" or multi_run)]
     fig = _figure(6.4, 4.2, dpi=120)
     ax = fig.add_subplot()
     for keys, g in groups:
@@ -239,7 +243,7 @@ def plot_accuracy_vs_cost(data: Any, ce_baseline: Optional[str] = None):
     whether the reported number has converged. One-pass attacks (FGSM, noise) are left out."""
     df = as_inputs(data, ce_baseline=ce_baseline).results
     df = df[(df["benchmark"] == "adversarial") & (df["attack"] != "clean")]
-    keys = ["label", "attack", "eps_key", "settings_id"]
+    keys = ["label", "attack", "eps_key", "settings_id", "protocol", "dataset"]
     cost = df[df["metric"].isin(["passes_forward", "passes_backward"])].groupby(keys)["value"].sum()
     acc = df[df["metric"] == "top1"].set_index(keys)
     both = acc.join(cost.rename("passes"), how="inner").reset_index()
@@ -250,12 +254,16 @@ def plot_accuracy_vs_cost(data: Any, ce_baseline: Optional[str] = None):
     fig, axes, ncol = _panel_grid(len(panels))
     for ax, eps_key in zip(axes, panels):
         sub = both[both["eps_key"] == eps_key]
-        for i, ((label, attack), s) in enumerate(sub.groupby(["label", "attack"], sort=True)):
+        many = sub["protocol"].nunique() > 1 or sub["dataset"].nunique() > 1
+        # a line per model, attack, protocol and dataset: the standard and the paper protocol are never one line
+        for i, ((label, attack, proto, ds), s) in enumerate(sub.groupby(["label", "attack", "protocol", "dataset"],
+                                                                         sort=True)):
             s = s.sort_values("passes")
             # clipped: a tidy CSV written before wilson_interval's ends were exact can hold a bound 1e-16 past its point
             err = np.clip([s["value"] - s["ci_low"], s["ci_high"] - s["value"]], 0.0, None)
             ax.errorbar(s["passes"], s["value"], yerr=err,
-                        marker="o", ms=3.5, capsize=2, color=f"C{i % 10}", label=f"{label} · {attack}")
+                        marker="o", ms=3.5, capsize=2, color=f"C{i % 10}",
+                        label=f"{label} · {attack}" + (f" ({proto}, {ds})" if many else ""))
         first = sub.iloc[0]
         linf = norm_of(sub, str(first["attack"])) == "linf"
         ax.set_title(f"eps {first['eps'] * 255:g}/255" if linf else f"eps {first['eps']:g}")
