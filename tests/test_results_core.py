@@ -295,3 +295,23 @@ def test_run_folders_named_alike_are_told_apart_by_their_path(adv_run: Path, tmp
     rows = load_inputs([tmp_path / "study"]).rows
     fgsm = rows[(rows["attack"] == "fgsm") & (rows["metric"] == "top1")]
     assert sorted(fgsm["run_id"]) == ["converged/deit-adv", "standard/deit-adv"] and set(fgsm["n"]) == {12}
+
+
+def test_a_run_copied_to_another_folder_and_resumed_is_one_run(tmp_path: Path):
+    """Units finished under the old folder name carried its run id, so the resumed run's condition split in two
+    (n=4 + 4); the run is the folder it is finalized in."""
+    from robustbench_pid.results.inputs import load_inputs
+
+    spec = dict(model="deit", attacks=[AttackSpec("fgsm", make_attack("fgsm", eps=EPS).params())], limit=8,
+                batch_size=4, chunk_size=4, quiet=True, device="cpu")
+    run(RunSpec(out=tmp_path / "old", **spec))
+    shutil.copytree(tmp_path / "old", tmp_path / "new")
+    units = sorted((tmp_path / "new" / "units").glob("*.parquet"))
+    for p in units[:2]:  # as if the copy was taken mid-run
+        p.with_suffix(".json").unlink()
+        p.unlink()
+    (tmp_path / "new" / "summary.csv").unlink()
+    run(RunSpec(out=tmp_path / "new", **spec))
+    rows = load_inputs(tmp_path / "new").rows
+    fgsm = rows[(rows["attack"] == "fgsm") & (rows["metric"] == "top1")]
+    assert list(fgsm["run_id"]) == ["new"] and list(fgsm["n"]) == [8]

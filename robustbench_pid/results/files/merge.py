@@ -141,6 +141,8 @@ def finalize_run(out: Path, expected_plan: Optional[str] = None) -> pd.DataFrame
         warn_unverified(unverified, out)
         check_records(units, frames, plan["sample_ids"])
         records = split_trace(pd.concat(frames, ignore_index=True), out)  # --trace: losses to trace.parquet
+        if "run_id" in records.columns:  # units finished in a folder since copied or renamed: the run is this one
+            records["run_id"] = out.name
         # each record says what was measured: precision and the condition's identity (conditions.py)
         records = add_identity(records.assign(precision=str(plan["provenance"].get("precision") or "fp32")))
         summary = summarize(records)
