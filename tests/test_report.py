@@ -110,3 +110,17 @@ def test_the_evidence_matrix_keeps_protocols_and_runs_apart(tmp_path):
     assert any("identical settings in several runs" in n for n in inp.notes)
     wide, _ = evidence_matrix(inp.rows)  # every run's rows (as a caller may pass them): a row per run
     assert sorted(c.rsplit(" (", 1)[-1] for c in wide["condition "]) == ["p24)", "p8)"]
+
+
+def test_whether_indicators_ran_is_decided_per_run(tmp_path):
+    """Records of a run with --indicators beside one without: the second's cells are not called 'not computable'
+    (it simply was not run with --indicators, so it gets no indicator rows of that kind)."""
+    from robustbench_pid.results.report.evidence_rows import evidence_rows
+
+    rbp.evaluate(model="deit", attack="pgd", eps="4/255", steps=2, limit=8, indicators=True, out=tmp_path / "ai",
+                 quiet=True)
+    rbp.evaluate(model="deit", attack="fgsm", eps="4/255", limit=8, out=tmp_path / "fs", quiet=True)
+    rows = evidence_rows(rbp.load_records(tmp_path))
+    fgsm = rows[rows["attack"] == "fgsm"]
+    assert "unstable_predictions" not in set(fgsm["metric"])
+    assert "unstable_predictions" in set(rows[rows["attack"] == "pgd"]["metric"])

@@ -50,10 +50,16 @@ def evidence_rows(records: pd.DataFrame) -> pd.DataFrame:
     if adv.empty:
         return pd.DataFrame()
     flags = sample_flags(adv)
-    indicators_run = ("loss_variation" in adv.columns and adv["loss_variation"].notna().any()) or \
-        ("condition" in adv.columns and (adv["condition"].astype(str) == UNCONSTRAINED).any())
+
+    def ran_indicators(r: pd.DataFrame) -> bool:  # --indicators was given for these records' run
+        return bool(("loss_variation" in r.columns and r["loss_variation"].notna().any()) or
+                    ("condition" in r.columns and (r["condition"].astype(str) == UNCONSTRAINED).any()))
+
+    by_run = ({rid: ran_indicators(r) for rid, r in adv.groupby("run_id", sort=False)} if "run_id" in adv.columns
+              else {None: ran_indicators(adv)})
     rows: List[Dict] = []
     for base, g in _groups(adv):
+        indicators_run = by_run.get(g["run_id"].iloc[0] if "run_id" in g.columns else None, False)
         att = g[g["attacked"].astype(bool)] if "attacked" in g.columns else g
         if "condition" in g.columns and (g["condition"].astype(str) == UNCONSTRAINED).any():
             base = {**base, "condition": UNCONSTRAINED}
