@@ -236,16 +236,18 @@ def diagnostics_line() -> str:
     """What ``diagnose`` says about every reference run (the findings of each, or that there are none)."""
     import pandas as pd
 
-    from robustbench_pid.results.report.diagnostics import diagnose
+    from robustbench_pid.results.report.diagnostics import checks_that_apply, diagnose
 
-    found = []
+    found, applied = [], set()
     for d in sorted(RUNS_DIR / name for name in RUNS):  # this script's runs (docs/runs/claims-digits: generate_zoo.py)
         rec = pd.read_parquet(d / "records.parquet")
         if (rec["benchmark"] == "adversarial").all() and (rec["attack"] != "clean").any():
             found += [f"{d.name}: [{f.severity}] {f.code}: {f.message}" for f in diagnose(rec)]
-    if not found:
+            applied |= set(checks_that_apply(rec))
+    if not found:  # said only with the checks that had data to look at
         return ("None: `diagnose` found no gradient-masking or broken-model sign in any of the reference runs "
-                "with attacks.")
+                f"with attacks (gradient-masking checks that had data: {', '.join(sorted(applied)) or 'none'}; "
+                "the broken-model checks run on every run).")
     return "Findings of `diagnose` on the reference runs:\n\n" + "\n".join(f"- {f}" for f in found)
 
 
