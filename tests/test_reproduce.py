@@ -285,3 +285,33 @@ def test_a_study_eps_that_is_no_number_is_refused_naming_the_row(tmp_path, eps, 
     with pytest.raises(UserError, match="not UTF-8 text.*save it as UTF-8"):
         parse_study(p)
 
+
+
+@pytest.mark.parametrize("name, says", [("../../../../escape_row", "it is a path"), ("/tmp/escape_abs", "it is a path"),
+                                        ("..", "starts with a dot"), (".", "starts with a dot"),
+                                        ("a\\\\b", "it is a path"), ("pgd 4", "characters")])
+def test_a_row_name_that_is_a_path_is_refused_and_nothing_is_written(tmp_path, capsys, name, says):
+    """A study row's name is its run folder's name: one that is a path, '.' or '..' wrote (or nested) a whole run
+    folder outside --out with exit 0; now one error line names the row's key and the fix, and nothing is written."""
+    src = (Path(__file__).resolve().parents[1] / "robustbench_pid" / "studies" / "digits-smoke.toml").read_text()
+    study = tmp_path / "in" / "s.toml"
+    study.parent.mkdir()
+    study.write_text(src.replace('name = "clean"', f'name = "{name}"', 1))
+    cwd = tmp_path / "a" / "b" / "c" / "d"
+    cwd.mkdir(parents=True)
+    before = set(tmp_path.rglob("*"))
+    assert main(["reproduce", str(study), "--model", "pid_deit", "--limit", "4", "--quiet", "--device", "cpu",
+                 "--out", str(cwd / "out")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error:") and err.count("\n") == 1, err
+    assert "key 'name': the row name" in err and says in err and "letters, digits and . _ + = @ -" in err
+    assert set(tmp_path.rglob("*")) == before and not Path("/tmp/escape_abs").exists()
+
+
+def test_a_shipped_study_is_found_by_name_only(tmp_path):
+    """`reproduce ../x` looked for robustbench_pid/studies/../x.toml and named the study folder results/study-../x."""
+    from robustbench_pid.studies.spec import find_study
+
+    with pytest.raises(UserError, match="unknown study '../studies/digits-smoke'"):
+        find_study("../studies/digits-smoke")
+    assert find_study("digits-smoke").name == "digits-smoke.toml"

@@ -45,6 +45,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
+from ..core.paths import check_path_name
 from ..errors import UserError
 
 STUDIES_DIR = Path(__file__).resolve().parent  # the *.toml files beside this module
@@ -127,8 +128,9 @@ def find_study(name: str) -> Path:
     p = Path(name)
     if p.suffix == ".toml" and p.is_file():
         return p
+    # a shipped study is named, not reached by a path: its name is also the default folder results/study-<name>
     cand = STUDIES_DIR / f"{name}.toml"
-    if cand.is_file():
+    if "/" not in name and "\\" not in name and not name.startswith(".") and cand.is_file():
         return cand
     raise UserError(f"unknown study {name!r}: no such file, and not shipped in {STUDIES_DIR}. "
                     f"Valid studies: {', '.join(study_names()) or '(none)'} (`robustbench-pid list studies`)")
@@ -208,6 +210,7 @@ def _rows(data: Dict[str, Any], path: Path, cols: List[Column]) -> List[Row]:
         where = f"{path} [[row]] #{i + 1}"
         _unknown(e, ROW_KEYS, where)
         name = _str(e, "name", where)
+        check_path_name(name, f"{where}: key 'name': the row name", "pgd-4")  # <entry>/<protocol>/<row>/
         where = f"{path} [[row]] {name!r}"
         metrics = e.get("metrics")
         if not isinstance(metrics, list) or not metrics or not all(isinstance(m, str) for m in metrics):
