@@ -95,7 +95,10 @@ def run_doctor(device: str = "auto", quick: bool = False, json_path: Optional[Pa
               f"in {time.perf_counter() - t0:.0f} s; exit {report.exit_code}", file=out, flush=True)
         if json_path is not None:
             try:
-                Path(json_path).write_text(json.dumps(report.to_json(s), indent=2, default=str) + "\n")
+                from ..results.files.run_files import atomic_write_bytes
+
+                atomic_write_bytes(Path(json_path), (json.dumps(report.to_json(s), indent=2, default=str) + "\n")
+                                   .encode(), durable=False)  # a symlink at the path is replaced, not followed
             except OSError as exc:
                 from ..errors import UserError
 

@@ -14,13 +14,12 @@ reported before anything runs and left out of the run (the table says so).
 from __future__ import annotations
 
 import re
-import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from ..errors import UserError
-from ..results.files.run_files import now, read_json, write_json
+from ..results.files.run_files import atomic_write_bytes, now, read_json, write_json
 from ..run.one_config import check_spec_fits_folder
 from .table import ENTRY_FILE, STUDY_FILE, drop_study_table, is_study_folder, write_study_table
 from ..specs import RunSpec
@@ -249,8 +248,8 @@ def prepare_folder(plan: StudyPlan, checkpoint: Optional[str]) -> None:
     if is_study_folder(plan.out) and copy.read_text() != text:
         raise UserError(f"{plan.out} holds another study (its {STUDY_FILE} differs from {plan.study.path}); "
                         f"give another --out")
-    if not copy.is_file():
-        shutil.copyfile(plan.study.path, copy)
+    if not copy.is_file():  # written, not copied: a symlink standing there is replaced, never written through
+        atomic_write_bytes(copy, plan.study.path.read_bytes(), durable=False)
     plan.entry.mkdir(exist_ok=True)
     old = read_json(plan.entry / ENTRY_FILE) or {}
     write_json(plan.entry / ENTRY_FILE, {"study": plan.study.name, "model": plan.model, "column": plan.column.name,

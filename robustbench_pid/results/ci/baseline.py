@@ -17,6 +17,7 @@ import pandas as pd
 from ..conditions import canonical, short_hash
 from ...errors import UserError
 from ..inputs import EPS_DECIMALS
+from ..files.run_files import atomic_write_bytes, parquet_bytes
 from ..files.verify import verify_file
 
 CHECK_KEY = ["model", "dataset", "protocol", "attack", "eps", "metric", "condition"]  # condition: e.g. layer=3
@@ -118,14 +119,12 @@ def write_baseline(rows: pd.DataFrame, path: Union[str, Path], records: Optional
     check_update_target(p)
     p.parent.mkdir(parents=True, exist_ok=True)
     out = rows.sort_values(CHECK_KEY + ["settings_id"], kind="stable")[BASELINE_COLUMNS]
-    tmp = p.with_name(f".{p.name}.tmp")
-    out.to_csv(tmp, index=False, float_format="%.12g")
+    text = out.to_csv(index=False, float_format="%.12g")
     verdicts = verdicts_of(records)
+    # temp file + rename (run_files): a symlink standing at either path is replaced, never written through
     if verdicts is not None:
-        side_tmp = sidecar(p).with_name(f".{sidecar(p).name}.tmp")
-        verdicts.to_parquet(side_tmp, index=False)
-        side_tmp.replace(sidecar(p))
-    tmp.replace(p)
+        atomic_write_bytes(sidecar(p), parquet_bytes(verdicts), durable=False)
+    atomic_write_bytes(p, text.encode(), durable=False)
     return p
 
 

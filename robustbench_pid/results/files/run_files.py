@@ -1,7 +1,8 @@
 """The run folder on disk: where it goes, atomic writes, finished units, stale temp files, the run lock.
 
 Every file is written to a temp file named after this host and pid, (fsync'ed,) and renamed, so a
-``kill -9`` at any moment leaves the old file or the whole new one. The host/pid in temp names
+``kill -9`` at any moment leaves the old file or the whole new one, and a symlink standing at the
+path is replaced by the file, never written through (it could point outside the output folder). The host/pid in temp names
 and in claim files is also what tells a live writer from a dead one (:func:`pid_alive`).
 No torch here: ``merge`` uses these in processes that never load a model.
 """
@@ -59,8 +60,8 @@ def check_writable(out: Path) -> None:
 def make_out_dir(out: Path) -> None:
     try:
         out.mkdir(parents=True, exist_ok=True)
-        probe = out / f".write-probe-{HOST}-{os.getpid()}"
-        probe.write_text("ok")
+        probe = out / f".write-probe-{HOST}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o666))
         probe.unlink()
     except OSError as exc:
         raise UserError(f"cannot write to output folder {out}: {exc.strerror or exc}. "
@@ -123,7 +124,9 @@ def atomic_write_bytes(path: Path, data: bytes, durable: bool = True) -> None:
 
 def _write_file(tmp: Path, data: bytes, durable: bool) -> None:
     """The one place bytes reach the disk (tests inject disk-full / permission faults here)."""
-    with open(tmp, "wb") as f:
+    # a new file only (O_EXCL, no link followed): the temp name is this writer's own, whatever stands in the folder
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o666)
+    with os.fdopen(fd, "wb") as f:
         f.write(data)
         if durable:
             f.flush()

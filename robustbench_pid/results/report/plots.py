@@ -19,6 +19,7 @@ from ...errors import UserError
 from ..conditions import differing_settings, flat_settings
 from ..inputs import ACCURACY_METRICS, OOD_DATASETS, as_inputs, norm_of
 from ..files.outputs import output_dir
+from ..files.run_files import atomic_write_bytes
 
 FORMATS = ("png", "svg")
 
@@ -232,7 +233,7 @@ def draw_rank_collapse(df: Any, path: Union[str, Path], title: Optional[str] = N
     ax.legend(fontsize=8)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, format="png")
+    atomic_write_bytes(path, figure_bytes(fig, "png"), durable=False)  # a link there is replaced, not followed
     return path
 
 
@@ -336,7 +337,8 @@ def save_figure(fig: Any, out_dir: Union[str, Path], name: str, formats: Sequenc
     paths = []
     for fmt in formats:
         p = d / f"{name}.{fmt}"
-        fig.savefig(p, format=fmt, **({"metadata": {"Date": None}} if fmt == "svg" else {}))
+        # through a temp file and a rename: a symlink standing at p is replaced, never written through
+        atomic_write_bytes(p, figure_bytes(fig, fmt), durable=False)
         paths.append(p)
     return paths
 
