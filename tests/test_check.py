@@ -259,3 +259,74 @@ def test_a_number_computable_on_neither_side_holds_and_one_side_nan_still_fails(
     assert res.ok and list(res.rows["status"]) == ["ok"] and "not computable" in res.rows["changes"].iloc[0]
     pd.DataFrame([{**row, "value": 12.0, "n": 40}]).to_csv(tmp_path / "b.csv", index=False)
     assert list(check(tmp_path / "b.csv", base).rows["status"]) == ["INVALID"]
+
+
+LADDER = {"steps": 100, "targets": 9, "tol_share": 0.001, "tol_min": 1}
+
+
+def _converged(value, status, ladder=LADDER, settings=True):
+    """A converged top-1 row as summarize writes it (benchmark and attack 'converge', the ladder in its settings)."""
+    import hashlib
+    import json
+
+    row = {**_row("deit", "converge", 4 / 255, "top1", 47), "benchmark": "converge", "value": value, "status": status}
+    if settings:
+        s = json.dumps({"attack": "converge", "benchmark": "converge", "params": {"ladder": ladder},
+                        "protocol": "standard"}, sort_keys=True)
+        row.update(settings=s, settings_id=hashlib.sha256(s.encode()).hexdigest()[:12], setting="converge", samples_id="s1")
+    return row
+
+
+@pytest.mark.parametrize("old, new, status, says", [
+    # a baseline from before settings were recorded: a weaker ladder (still 'converged' then) read as improved
+    (_converged(40.0, "converged", settings=False), _converged(45.0, "converged", {**LADDER, "steps": 10}),
+     "SETTINGS-CHANGED", "the baseline records no ladder settings for this converged value"),
+    (_converged(40.0, "converged"), _converged(45.0, "converged (reduced ladder: steps 10 < 100)", settings=True),
+     "STATUS-CHANGED", "status: converged → converged (reduced ladder: steps 10 < 100)"),
+    (_converged(40.0, "not converged: stopped"), _converged(45.0, "not converged: stopped"),
+     "STATUS-CHANGED", "status: not converged: stopped on both sides; a converged value rising counts as improved "
+                       "only when both sides are exactly 'converged'"),
+    (_converged(40.0, "upper bound: gradients unavailable"), _converged(41.0, "upper bound: gradients unavailable"),
+     "STATUS-CHANGED", "status: upper bound: gradients unavailable on both sides"),
+    (_converged(40.0, "converged"), _converged(45.0, "converged"), "improved", ""),
+    (_converged(40.0, "converged (reduced ladder: x)"), _converged(40.0, "converged (reduced ladder: x)"), "ok", ""),
+])
+def test_a_converged_value_rises_to_improved_only_between_two_full_ladders(tmp_path, capsys, old, new, status, says):
+    """README: a weakened evaluation never passes for an improvement. A converged value that rose is 'improved' only
+    when both sides are exactly 'converged' with the same recorded ladder; otherwise it fails, saying why."""
+    pd.DataFrame([old]).to_csv(tmp_path / "a.csv", index=False)
+    base = tmp_path / "base.csv"
+    update(tmp_path / "a.csv", base)
+    pd.DataFrame([new]).to_csv(tmp_path / "b.csv", index=False)
+    res = check(tmp_path / "b.csv", base)
+    assert list(res.rows["status"]) == [status], res.report()
+    assert says in res.rows["changes"].iloc[0]
+    assert res.ok == (status in ("improved", "ok"))
+    assert main(["check", str(tmp_path / "b.csv"), "--baseline", str(base)]) == (0 if res.ok else 1)
+    if not res.ok:
+        out = capsys.readouterr().out
+        assert f"{status}: deit digits converge eps=4/255 top1: " in out and out.strip().endswith("FAILED")
+
+
+@pytest.mark.parametrize("cell", ["abc", "41.67%"])
+def test_a_value_that_is_no_number_is_one_error_line_naming_file_and_line(results, tmp_path, capsys, cell):
+    """A hand-edited baseline (or tidy results CSV) with text in a number column was a ValueError traceback."""
+    _, path, base = results
+    text = base.read_text().splitlines()
+    cols = text[0].split(",")
+    cells = text[2].split(",")
+    cells[cols.index("value")] = cell
+    bad = tmp_path / "bad.csv"
+    bad.write_text("\n".join([text[0], text[1], ",".join(cells), *text[3:]]) + "\n")
+    assert main(["check", str(path), "--baseline", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {bad}: line 3 (") and err.count("\n") == 1
+    assert f"value {cell!r} is not a number" in err and "--update" in err
+    tidy = pd.read_csv(path).astype({"value": object})
+    tidy.loc[1, "value"] = cell
+    tidy.to_csv(tmp_path / "tidy.csv", index=False)
+    assert main(["check", str(tmp_path / "tidy.csv"), "--baseline", str(base)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {tmp_path / 'tidy.csv'}: line 3 (") and "is not a number" in err
+    assert main(["table", str(tmp_path / "tidy.csv")]) == 2
+    assert "is not a number" in capsys.readouterr().err

@@ -75,7 +75,7 @@ def load_inputs(paths: Union[str, Path, Sequence[Union[str, Path]]], ce_baseline
             missing = TIDY_REQUIRED - set(df.columns)
             if missing:
                 raise UserError(f"{p}: not a tidy results CSV (missing columns {', '.join(sorted(missing))})")
-            tidy.append(df)
+            tidy.append(numeric(df, p, "or give the run folders it came from instead"))
         elif p.is_file() and p.suffix == ".parquet":
             recs.append(pd.read_parquet(p))
         elif p.is_file():
@@ -96,6 +96,28 @@ def load_inputs(paths: Union[str, Path, Sequence[Union[str, Path]]], ce_baseline
     if not tidy:
         raise UserError("no results given: pass run folders, records .parquet or tidy .csv files")
     return prepare(pd.concat(tidy, ignore_index=True), records, runs, notes)
+
+
+NUMERIC = ("value", "n", "ci_low", "ci_high", "eps")
+
+
+def numeric(df: pd.DataFrame, path: Union[str, Path], fix: str) -> pd.DataFrame:
+    """``df`` (a tidy CSV or a baseline read from ``path``) with its number columns as numbers; a cell that is text
+    (``abc``, ``41.67%``) is one UserError naming the file, its line and the fix (it failed later as a traceback,
+    or an eps read as 0). Empty cells stay NaN."""
+    df = df.copy()
+    for col in (c for c in NUMERIC if c in df.columns):
+        raw = df[col]
+        num = pd.to_numeric(raw, errors="coerce")
+        bad = num.isna() & raw.notna() & (raw.astype(str).str.strip() != "")
+        if bad.any():
+            i = bad.idxmax()
+            r = df.loc[i]
+            what = " ".join(str(r.get(k, "")) for k in ("model", "attack", "metric") if pd.notna(r.get(k, "")))
+            raise UserError(f"{path}: line {int(i) + 2} ({what}): {col} {raw[i]!r} is not a number; write a plain "
+                            f"number (percent values without '%', e.g. 41.67), {fix}")
+        df[col] = num
+    return df
 
 
 RECORD_KEY = ("run_id", "unit", "benchmark", "attack", "eps", "settings_id", "condition", "metric", "layer", "sample_id")

@@ -16,7 +16,7 @@ import pandas as pd
 
 from ..conditions import canonical, short_hash
 from ...errors import UserError
-from ..inputs import EPS_DECIMALS
+from ..inputs import EPS_DECIMALS, numeric
 from ..files.run_files import atomic_write_bytes, parquet_bytes
 from ..files.verify import verify_file
 
@@ -76,7 +76,8 @@ def read_baseline(path: Union[str, Path]) -> pd.DataFrame:
     if missing:
         raise UserError(f"{p}: not a baseline CSV (missing columns {', '.join(sorted(missing))}); "
                         f"write one with --update")
-    return normalize(df)
+    return normalize(numeric(df, p, "or rewrite the baseline from trusted results with --update"))
+
 
 
 def sidecar(path: Union[str, Path]) -> Path:

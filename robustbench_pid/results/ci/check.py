@@ -13,7 +13,10 @@ no longer measures the same thing:
   ``--update`` is how a change is accepted on purpose.
 - ``STATUS-CHANGED``: a converged value (``--converge``) changed status (``converged`` to ``not
   converged`` or to ``upper bound: gradients unavailable``, or back): the number no longer means the
-  same kind of thing, even when its value held.
+  same kind of thing, even when its value held. A converged value that *rose* is ``improved`` only when both
+  sides are exactly ``converged`` with the same recorded ladder settings; otherwise it fails as
+  ``STATUS-CHANGED`` (a reduced, unfinished or bounded ladder on either side) or ``SETTINGS-CHANGED`` (no
+  ladder settings recorded): a weaker ladder must not pass for a more robust model.
 - ``SAMPLES-CHANGED``: the number was computed on another sample set (n or ids). When the results
   carry per-sample records and the baseline has its per-sample sidecar (written by ``--update``),
   old and new are shown on the samples both have.

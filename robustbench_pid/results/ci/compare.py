@@ -7,6 +7,7 @@ missing, or no longer measures the same thing (settings, sample set or converge 
 """
 from __future__ import annotations
 
+import json
 import math
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -17,6 +18,7 @@ from .baseline import CHECK_KEY, normalize, verdicts_of
 from ..conditions import settings_diff
 from ...errors import UserError
 from ..report.indicators import INDICATORS
+from ..summaries.converge import CONVERGED
 from ..stats.metrics import wilson_interval
 from ..stats.stats import newcombe_difference_interval
 
@@ -169,6 +171,8 @@ def compare(current: pd.DataFrame, baseline: pd.DataFrame, tolerance: float = 0.
                 out["status"] = "REGRESSED" if sig else "within-noise"
             else:
                 out["status"] = "REGRESSED"
+        elif worse < -EPS and _converged_value(r, st_old, st_new):
+            out["status"], out["changes"] = _converged_rise(st_old, st_new, has_settings, r)
         elif worse < -EPS:
             out["status"] = "improved"
         else:
@@ -197,3 +201,36 @@ def _n_of(v: Any) -> int:
 
 def _status(v: Any) -> str:
     return "" if v is None or pd.isna(v) else str(v)
+
+
+def _converged_value(r: pd.Series, st_old: str, st_new: str) -> bool:
+    """A ``--converge`` value (the ladder's worst case): its benchmark or attack is ``converge``, or it has a status."""
+    names = {str(r.get("attack", "")), str(r.get("benchmark_old", "")), str(r.get("benchmark_new", ""))}
+    return "converge" in names or bool(st_old or st_new)
+
+
+def _ladder(settings: Any) -> Optional[Dict[str, Any]]:
+    """The ladder's settings recorded in a converged value's settings JSON (``params.ladder``), or None."""
+    try:
+        lad = json.loads(str(settings)).get("params", {}).get("ladder")
+    except (ValueError, AttributeError):
+        return None
+    return lad if isinstance(lad, dict) and lad else None
+
+
+def _converged_rise(st_old: str, st_new: str, has_settings: bool, r: pd.Series) -> Tuple[str, str]:
+    """(status, why) of a converged value that rose: an improvement only between two fully converged values of
+    the same recorded ladder. Anything else (a reduced ladder, one that did not converge, an upper bound, settings
+    the baseline never recorded) would let a weaker evaluation pass for a more robust model."""
+    if not (st_old == st_new == CONVERGED):
+        seen = f"{st_old or '(none recorded)'}" + (f" → {st_new or '(none recorded)'}" if st_new != st_old else
+                                                   " on both sides")
+        return "STATUS-CHANGED", (f"status: {seen}; a converged value rising counts as improved only when both sides "
+                                  f"are exactly '{CONVERGED}' (a reduced, unfinished or bounded ladder finds less): "
+                                  f"rerun the full --converge ladder, or accept the number with --update")
+    if not has_settings or _ladder(r.get("settings_old")) is None or _ladder(r.get("settings_new")) is None:
+        side = "the baseline" if not has_settings or _ladder(r.get("settings_old")) is None else "the results"
+        return "SETTINGS-CHANGED", (f"{side} records no ladder settings for this converged value, so a weaker ladder "
+                                    f"could pass for an improvement: rewrite the baseline with --update from a "
+                                    f"trusted full --converge run")
+    return "improved", ""
