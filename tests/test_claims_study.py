@@ -111,8 +111,9 @@ def test_reproduce_all_columns_refuses_mixed_or_missing_choices(capsys) -> None:
 
 
 def test_a_further_evaluation_folder_is_its_own_group_of_pair_lines(tmp_path: Path) -> None:
-    """The hook for converged values: run folders under <entry>/<variant>/<row>/ (here a copy of the paper ones)
-    enter the pair table as their own group, after the study's protocol, without any change to the table code."""
+    """The hook for further evaluations: run folders under <entry>/<variant>/<row>/ (here a copy of the paper ones)
+    enter the pair table as their own group, after the study's protocol, without any change to the table code.
+    (Not under "converged": that folder's runs must be --converge runs, or the table would mislabel them.)"""
     import shutil
 
     from robustbench_pid.studies.reproduce import plan_study
@@ -122,11 +123,14 @@ def test_a_further_evaluation_folder_is_its_own_group_of_pair_lines(tmp_path: Pa
         assert main(["reproduce", "claims-digits", "--model", model, "--only", "clean", "--limit", "8", "--quiet",
                      "--out", str(out)]) == 0
         plan = plan_study("claims-digits", model, out=str(out))
-        plan.variant = "converged"
-        assert plan.row_dir(plan.study.row("clean")) == plan.entry / "converged" / "clean"
-        shutil.copytree(plan.entry / "paper", plan.entry / "converged")
+        plan.variant = "again"
+        assert plan.row_dir(plan.study.row("clean")) == plan.entry / "again" / "clean"
+        shutil.copytree(plan.entry / "paper", plan.entry / "again")
     pairs = read_pairs(out)
-    assert list(pairs["protocol"]) == ["paper", "converged"] and list(pairs["row"]) == ["clean", "clean"]
+    assert list(pairs["protocol"]) == ["paper", "again"] and list(pairs["row"]) == ["clean", "clean"]
+    shutil.copytree(plan.entry / "paper", plan.entry / "converged")  # paper-protocol runs filed as converged ones
+    with pytest.raises(UserError, match="converged/clean: the run is in the converged/ folder but ran no --converge"):
+        read_pairs(out)
     assert pairs["diff"].iloc[0] == pairs["diff"].iloc[1]
 
 

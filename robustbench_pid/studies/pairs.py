@@ -24,6 +24,7 @@ import pandas as pd
 from ..results.files.verify import is_complete
 from .spec import CONVERGED_DIR, Pair, Row, Study, attack_settings
 from ..results.stats.stats import mcnemar_from_counts, paired_difference_interval
+from ..results.tables.render import md_cell, one_line
 
 PAIRS_MD, PAIRS_CSV = "pairs.md", "pairs.csv"
 ALPHA = 0.05
@@ -139,7 +140,7 @@ def _p(p: float) -> str:
 
 
 def render_pairs_markdown(study: Study, cells: List[PairCell], notes: List[str]) -> str:
-    lines = [f"### Claims: {study.title}", "",
+    lines = [f"### Claims: {one_line(study.title)}", "",
              "Difference = method - baseline top-1 (points) on the same images; 95% interval of the paired "
              "difference (Bonett-Price); p: McNemar's exact test on the images one model gets right and the other "
              "wrong. Attack rows are upper bounds on robust accuracy (one attack, the papers' settings); converged rows "
@@ -151,11 +152,11 @@ def render_pairs_markdown(study: Study, cells: List[PairCell], notes: List[str])
         c0 = group[0]
         how = ("converged evaluation: standard protocol, per-sample worst case over the --converge ladder "
                "started from the row's attack" if proto == CONVERGED_DIR else f"{proto} protocol")
-        lines += [f"**{claim}** ({c0.source}; {how}): {c0.method} vs {c0.baseline}", "",
-                  f"| row | {c0.baseline} | {c0.method} | difference [95% CI] | p (McNemar) | n |",
+        lines += [one_line(f"**{claim}** ({c0.source}; {how}): {c0.method} vs {c0.baseline}"), "",
+                  f"| row | {md_cell(c0.baseline)} | {md_cell(c0.method)} | difference [95% CI] | p (McNemar) | n |",
                   "|---|---|---|---|---|---|"]
         for c in group:
-            lines.append(f"| {c.label} | {c.baseline_top1:.2f} | {c.method_top1:.2f} | {c.diff:+.2f} "
+            lines.append(f"| {md_cell(c.label)} | {c.baseline_top1:.2f} | {c.method_top1:.2f} | {c.diff:+.2f} "
                          f"[{c.ci_low:+.2f}, {c.ci_high:+.2f}] | {_p(c.pvalue)} | {c.n} |")
         lines.append("")
     lines += [f"- {n}" for n in notes]

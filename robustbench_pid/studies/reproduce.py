@@ -13,7 +13,6 @@ reported before anything runs and left out of the run (the table says so).
 """
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
@@ -21,9 +20,10 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 from ..errors import UserError
 from ..results.files.run_files import atomic_write_bytes, now, read_json, write_json
 from ..run.one_config import check_spec_fits_folder
-from .table import ENTRY_FILE, STUDY_FILE, drop_study_table, is_study_folder, write_study_table
+from .folder import ENTRY_FILE, STUDY_FILE, sha256_text, slug
+from .table import drop_study_table, is_study_folder, write_study_table
 from ..specs import RunSpec
-from .spec import CONVERGED_DIR, Column, Row, Study, attack_settings, load_study
+from .spec import CONVERGED_DIR, STUDIES_DIR, Column, Row, Study, attack_settings, load_study
 
 # dataset -> folder under --data-root (imagenet: the validation images, with or without its val/ level)
 DATASET_DIRS = {"imagenet": "imagenet/val", "imagenet-a": "imagenet-a", "imagenet-r": "imagenet-r",
@@ -57,10 +57,6 @@ class StudyPlan:
 
     def row_dir(self, row: Row) -> Path:
         return self.entry / (self.variant or self.protocol) / row.name
-
-
-def slug(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.@+-]+", "-", text).strip("-")
 
 
 def resolve_column(study: Study, model: str, as_column: Optional[str],
@@ -118,6 +114,8 @@ def parse_dataset_roots(items: Sequence[str]) -> Dict[str, str]:
         k, v = (t.strip() for t in kv.split("=", 1))
         if k not in datasets:
             raise UserError(f"--dataset-root {kv!r}: unknown dataset {k!r}; valid: {', '.join(datasets.names())}")
+        if k in out:
+            raise UserError(f"--dataset-root {k} is given twice ({out[k]!r} and {v!r}); give each dataset once")
         out[k] = v
     return out
 
@@ -251,10 +249,13 @@ def prepare_folder(plan: StudyPlan, checkpoint: Optional[str]) -> None:
     if not copy.is_file():  # written, not copied: a symlink standing there is replaced, never written through
         atomic_write_bytes(copy, plan.study.path.read_bytes(), durable=False)
     plan.entry.mkdir(exist_ok=True)
-    old = read_json(plan.entry / ENTRY_FILE) or {}
+    old = read_json(plan.entry / ENTRY_FILE)  # a damaged or edited one is rewritten (its runs are kept)
+    created = old.get("created") if isinstance(old, dict) and isinstance(old.get("created"), str) else None
+    # shipped and study_sha256: what the table checks the study copy against (studies/folder.py)
     write_json(plan.entry / ENTRY_FILE, {"study": plan.study.name, "model": plan.model, "column": plan.column.name,
                                          "model_args": plan.column.model_args, "checkpoint": checkpoint,
-                                         "created": old.get("created") or now()})
+                                         "shipped": plan.study.path.resolve().parent == STUDIES_DIR,
+                                         "study_sha256": sha256_text(copy), "created": created or now()})
 
 
 def report_missing(plan: StudyPlan) -> None:

@@ -20,11 +20,11 @@ from typing import Any, Dict, List, Optional, Tuple
 import pandas as pd
 
 from ..results.files.verify import is_complete
+from ..results.tables.render import md_cell, one_line
 from ..results.summaries.converge import CONVERGED
-from .spec import CONVERGED_DIR, METRICS, Row, Study, attack_settings, parse_study
+from .folder import ENTRY_FILE, STUDY_FILE, checked_folder, entries  # noqa: F401 (names readers use)
+from .spec import CONVERGED_DIR, METRICS, Row, Study, attack_settings
 
-STUDY_FILE = "study.toml"
-ENTRY_FILE = "entry.json"
 MARK = "*"
 # published values are printed to 2 decimals: one within half a unit of the last digit of an interval's end is inside
 ROUNDING = 0.005 + 1e-9
@@ -69,21 +69,6 @@ class Cell:
 
 def is_study_folder(path: Path) -> bool:
     return (Path(path) / STUDY_FILE).is_file()
-
-
-def entries(out: Path) -> List[Dict[str, Any]]:
-    """The (model, column) entries of a study folder, in the order they were first run."""
-    found = []
-    for f in sorted(Path(out).glob(f"*/{ENTRY_FILE}")):
-        try:
-            info = json.loads(f.read_text())
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            from ..errors import UserError
-
-            raise UserError(f"{f} is damaged (not JSON); run reproduce for that model again into this folder (it "
-                            f"rewrites the file and keeps the finished rows)") from None
-        found.append({**info, "dir": f.parent})
-    return sorted(found, key=lambda e: (e.get("created", ""), str(e["dir"])))
 
 
 def _num(v: Any) -> Optional[float]:
@@ -142,8 +127,7 @@ def with_bootstrap_interval(line: pd.Series, run_dir: Path, n_boot: int = 1000) 
 def study_cells(out: Path) -> Tuple[Study, List[Cell], List[str]]:
     """The study of folder ``out``, a cell per (row, metric, entry, protocol) and notes (missing rows)."""
     out = Path(out)
-    found = entries(out)
-    study = parse_study(out / STUDY_FILE, name=next((e["study"] for e in found if e.get("study")), None))
+    study, found = checked_folder(out)  # the copy, the entries and their runs checked against each other
     cells: List[Cell] = []
     notes: List[str] = []
     for e in found:
@@ -235,8 +219,8 @@ def _legend(study: Study, cells: List[Cell]) -> str:
 
 def render_markdown(study: Study, cells: List[Cell], notes: List[str]) -> str:
     header, body = _grid(study, cells)
-    esc = [[t.replace("|", "\\|") for t in row] for row in [header] + body]
-    lines = [f"### {study.title}", "", "| " + " | ".join(esc[0]) + " |", "|" + "---|" * len(header)]
+    esc = [[md_cell(t) for t in row] for row in [header] + body]  # a | or a line break in a label splits the row
+    lines = [f"### {one_line(study.title)}", "", "| " + " | ".join(esc[0]) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(r) + " |" for r in esc[1:]]
     lines += ["", _legend(study, cells)] + [f"- {n}" for n in notes]
     return "\n".join(lines) + "\n"
@@ -249,9 +233,9 @@ def render_latex(study: Study, cells: List[Cell]) -> str:
         for a, b in (("\\", r"\textbackslash{}"), ("&", r"\&"), ("%", r"\%"), ("_", r"\_"), ("#", r"\#"),
                      ("↓", r"$\downarrow$"), ("—", "--"), ("*", r"$^*$")):
             s = s.replace(a, b)
-        return s
+        return one_line(s)
 
-    lines = [f"% {study.title}", r"\begin{tabular}{" + "l" * len(header) + "}", r"\hline",
+    lines = [f"% {one_line(study.title)}", r"\begin{tabular}{" + "l" * len(header) + "}", r"\hline",
              " & ".join(tex(h) for h in header) + r" \\", r"\hline"]
     lines += [" & ".join(tex(t) for t in row) + r" \\" for row in body]
     lines += [r"\hline", r"\end{tabular}"]
@@ -306,8 +290,8 @@ def read_pairs(out: Path) -> pd.DataFrame:
 
     from .pairs import pair_cells
 
-    study = parse_study(Path(out) / STUDY_FILE)
-    cells, _ = pair_cells(out, study, entries(out))
+    study, found = checked_folder(Path(out))
+    cells, _ = pair_cells(out, study, found)
     return pd.DataFrame([{**asdict(c), "verdict": c.verdict} for c in cells])
 
 
