@@ -27,15 +27,15 @@ def _options(kw: Dict[str, Any]) -> Dict[str, Any]:
 
     valid = option_names()
     kw = dict(kw)
+    from .run.spec_builder import key_values
+
     params = dict(kw.pop("params", None) or {})
     param = kw.pop("param", None)
-    if isinstance(param, dict):
-        params.update(param)
-    elif param:
-        params.update({k.strip(): v.strip() for k, v in (p.split("=", 1) for p in param if "=" in p)})
-        bad = [p for p in param if "=" not in p]
-        if bad:
-            raise UserError(f"param {bad[0]!r}: expected KEY=VALUE (or pass params={{...}})")
+    given = key_values(param, "param", parse_json=False) if param else {}  # KEY=VALUE strings: each key once
+    twice = sorted(set(params) & set(given))
+    if twice:
+        raise UserError(f"attack setting {twice[0]!r} is given in both params= and param=; give it once")
+    params.update(given)
     for k in kw:
         if k not in valid:
             raise UserError(f"evaluate() got an unknown option {k!r}; valid: {', '.join(sorted(valid))}, "

@@ -85,3 +85,44 @@ def test_table_refuses_an_eps_choice_for_an_attack_not_in_the_results(tmp_path):
                          for a, e, n in (("clean", 0.0, ""), ("pgd", 4 / 255, "linf"))])
     with pytest.raises(UserError, match="--eps pgdd=...: no such attack in the results; present: pgd"):
         rbp.table(rows, layout="paper", eps={"pgdd": "4/255"})
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["evaluate", "--model", "deit", "--attack", "pgd", "--eps", "4/255", "--converge", "--converge-opt", "steps=1",
+      "--converge-opt", "steps=2"], "--converge-opt steps is given twice ('steps=1' and 'steps=2'); give each key once"),
+    (["evaluate", "--model", "deit", "--attack", "pgd", "--param", "steps=3", "--param", "steps = 4"],
+     "--param steps is given twice ('steps=3' and 'steps = 4')"),
+    (["evaluate", "--model", "deit", "--model-arg", "depth=2", "--model-arg", "depth=3"], "--model-arg depth is given twice"),
+    (["evaluate", "--model", "deit", "--model-arg", "=2"], "the KEY before '=' is empty"),
+    (["reproduce", "digits-smoke", "--model", "deit", "--converge", "--converge-opt", "step-size=1",
+      "--converge-opt", "step_size=2"], "--converge-opt step_size is given twice"),
+    (["reproduce", "digits-smoke", "--model", "deit", "--dataset-root", "imagenet=/a", "--dataset-root",
+      "imagenet=/b"], "--dataset-root imagenet is given twice ('/a' and '/b')"),
+    (["reproduce", "claims-digits", "--all-columns", "--checkpoint", "deit=a.pth", "--checkpoint", "deit=b.pth"],
+     "--checkpoint deit=... is given twice ('a.pth' and 'b.pth')"),
+])
+def test_a_key_given_twice_is_refused_not_the_last_kept(tmp_path, capsys, argv, says):
+    """Every KEY=VALUE option kept the last value of a repeated key silently (issue 45)."""
+    assert main([*argv, "--limit", "4", "--quiet", "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error:") and err.count("\n") == 1 and says in err, err
+    assert not (tmp_path / "out").exists()
+
+
+def test_api_params_given_twice_are_refused(tmp_path):
+    kw = dict(attack="pgd", eps="4/255", limit=4, out=tmp_path / "o")
+    with pytest.raises(UserError, match=r"param steps is given twice \('steps=2' and 'steps=3'\)"):
+        rbp.evaluate("deit", param=["steps=2", "steps=3"], **kw)
+    with pytest.raises(UserError, match="attack setting 'steps' is given in both params= and param="):
+        rbp.evaluate("deit", params={"steps": 2}, param=["steps=3"], **kw)
+    assert not (tmp_path / "o").exists()
+
+
+def test_table_eps_choice_given_twice_is_refused(tmp_path):
+    from robustbench_pid.results.tables.layouts import _parse_eps_choice
+
+    assert _parse_eps_choice("pgd=4/255, fgsm=2/255") == pytest.approx({"pgd": 4 / 255, "fgsm": 2 / 255})
+    with pytest.raises(UserError, match="pgd is given twice"):
+        _parse_eps_choice("pgd=4/255,pgd=2/255")
+    with pytest.raises(UserError, match="the eps for every attack is given twice"):
+        _parse_eps_choice("4/255,2/255")

@@ -315,3 +315,23 @@ def test_a_shipped_study_is_found_by_name_only(tmp_path):
     with pytest.raises(UserError, match="unknown study '../studies/digits-smoke'"):
         find_study("../studies/digits-smoke")
     assert find_study("digits-smoke").name == "digits-smoke.toml"
+
+
+def test_a_line_break_or_pipe_in_a_label_stays_inside_its_table_cell(tmp_path, capsys):
+    """A newline (or |) in a study's label, title or column name split the Markdown table row (issue 45)."""
+    src = (Path(__file__).resolve().parents[1] / "robustbench_pid" / "studies" / "digits-smoke.toml").read_text()
+    p = tmp_path / "s.toml"
+    p.write_text(src.replace('label = "Clean"', 'label = "Clean\\nrow | one"', 1)
+                 .replace('title = "Digits smoke study', 'title = "Digits\\nsmoke study', 1)
+                 .replace('"PID DeiT (digits)"', '"PID | DeiT\\r\\n(digits)"'))
+    out = tmp_path / "out"
+    assert main(["reproduce", str(p), "--model", "pid_deit", "--only", "clean", "--limit", "4", "--quiet",
+                 "--device", "cpu", "--out", str(out)]) == 0
+    md = (out / "table.md").read_text()
+    rows = [line for line in md.splitlines() if line.startswith("|")]
+    cells = {len(re.split(r"(?<!\\)\|", line)) for line in rows}
+    assert len(cells) == 1, md  # every row has the header's cells
+    assert "| Clean row \\| one | Top-1 Acc (%) | 99.72 |" in md and "### Digits smoke study" in md
+    assert "PID \\| DeiT (digits) (pid_deit, standard): paper" in md
+    tex = (out / "table.tex").read_text()
+    assert "\n\n" not in tex.strip() and "Clean row | one" in tex

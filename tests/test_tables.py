@@ -353,3 +353,14 @@ def test_the_paper_table_gives_no_delta_or_test_between_cells_of_other_settings(
     mce = t.frame[t.frame["Metric"].str.contains("mCE")].iloc[0]
     assert (mce["Δ B−A"], mce["p B vs A"]) == ("n/a", "n/a") and mce["A"] != mce["B"]
     assert any("measured under other settings" in n for n in t.notes)
+
+
+def test_a_line_break_in_a_model_name_stays_in_its_cell():
+    """rbp.evaluate(name="my\\nnet") labels the model: a line break in a cell ended the Markdown row (issue 45)."""
+    from robustbench_pid.results.tables.render import Table, render_latex, render_markdown
+
+    t = Table(pd.DataFrame({"Model": ["my\nnet | v2"], "Top-1": ["99.00"]}), title="a\ntitle")
+    md = render_markdown([t])
+    assert md.splitlines()[0] == "### a title"
+    assert "| my net \\| v2 | 99.00 |" in md and len([ln for ln in md.splitlines() if ln.startswith("|")]) == 3
+    assert "my net | v2" in render_latex([t]) and "\n\n" not in render_latex([t]).strip()

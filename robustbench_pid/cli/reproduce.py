@@ -84,6 +84,9 @@ def _checkpoints(args: argparse.Namespace) -> List[Tuple[str, Optional[str], Opt
         if "=" not in kv:
             raise UserError(f"--checkpoint {kv!r}: with --all-columns give MODEL=PATH or 'COLUMN=PATH'")
         k, v = (t.strip() for t in kv.rsplit("=", 1))
+        if k in ck:
+            raise UserError(f"--checkpoint {k}=... is given twice ({ck[k]!r} and {v!r}); give each column or model "
+                            f"once")
         ck[k] = v
     names = {c.name for c in columns} | {c.model for c in columns}
     unknown = sorted(set(ck) - names)

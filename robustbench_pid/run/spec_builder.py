@@ -65,14 +65,21 @@ def key_values(items: KeyValues, flag: str, parse_json: bool = True) -> Dict[str
     if isinstance(items, Mapping):
         return {str(k).replace("-", "_"): v for k, v in items.items()}
     out: Dict[str, Any] = {}
-    for kv in items:
-        if "=" not in kv:
+    seen: Dict[str, str] = {}
+    for kv in ([items] if isinstance(items, str) else items):
+        if not isinstance(kv, str) or "=" not in kv:
             raise UserError(f"{flag} {kv!r}: expected KEY=VALUE")
         k, v = (t.strip() for t in kv.split("=", 1))
+        key = k.replace("-", "_")
+        if not key:
+            raise UserError(f"{flag} {kv!r}: the KEY before '=' is empty; give KEY=VALUE")
+        if key in seen:  # the last one silently won: say which, and keep the command's meaning one
+            raise UserError(f"{flag} {key} is given twice ({seen[key]!r} and {kv!r}); give each key once")
+        seen[key] = kv
         try:
-            out[k.replace("-", "_")] = json.loads(v) if parse_json else v
+            out[key] = json.loads(v) if parse_json else v
         except json.JSONDecodeError:
-            out[k.replace("-", "_")] = v
+            out[key] = v
     return out
 
 

@@ -52,11 +52,11 @@ def _parse_eps_choice(eps: Union[None, float, str, Mapping[str, Any]]) -> Dict[s
         part = part.strip()
         if not part:
             continue
-        if "=" in part:
-            k, v = part.split("=", 1)
-            out[k.strip()] = parse_eps(v)
-        else:
-            out["*"] = parse_eps(part)
+        k, v = (t.strip() for t in part.split("=", 1)) if "=" in part else ("*", part)
+        if k in out:
+            raise UserError(f"--eps {eps!r}: {'the eps for every attack' if k == '*' else k} is given twice; give each "
+                            f"attack one eps (e.g. pgd=4/255,fgsm=2/255)")
+        out[k] = parse_eps(v)
     return out
 
 

@@ -71,8 +71,18 @@ class Table:
         return render_html([self])
 
 
-def _md_escape(s: str) -> str:
-    return str(s).replace("|", "\\|")
+def one_line(s: Any) -> str:
+    """``s`` on one line: a line break inside a cell (a label, a model's name) would end a table row there."""
+    return " ".join(str(s).splitlines()) if any(c in str(s) for c in "\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029") \
+        else str(s)
+
+
+def md_cell(s: Any) -> str:
+    """A Markdown table cell: one line, with its pipes escaped (both would split the row into other cells)."""
+    return one_line(s).replace("|", "\\|")
+
+
+_md_escape = md_cell
 
 
 def render_markdown(tables: Sequence[Table]) -> str:
@@ -80,7 +90,7 @@ def render_markdown(tables: Sequence[Table]) -> str:
     for t in tables:
         lines: List[str] = []
         if t.title:
-            lines += [f"### {t.title}", ""]
+            lines += [f"### {one_line(t.title)}", ""]
         cols = list(t.frame.columns)
         lines.append("| " + " | ".join(_md_escape(c) for c in cols) + " |")
         lines.append("|" + "|".join("---" for _ in cols) + "|")
@@ -97,7 +107,7 @@ _LATEX_SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$",
 
 
 def _tex(s: Any) -> str:
-    out = "".join(_LATEX_SPECIAL.get(ch, ch) for ch in str(s))
+    out = "".join(_LATEX_SPECIAL.get(ch, ch) for ch in one_line(s))  # a blank line would end the tabular
     return (out.replace("↓", r"$\downarrow$").replace("≤", r"$\leq$").replace("Δ", r"$\Delta$").replace("−", "-")
             .replace("<0.001", r"$<$0.001"))
 
