@@ -386,3 +386,40 @@ def test_api_takes_numpy_counts_and_switches_as_python_ones(tmp_path):
                       quiet=np.True_, out=tmp_path / "run")
     info = json.loads((Path(df.attrs["run_dir"]) / "run.json").read_text())
     assert info["seed"] == 3 and isinstance(info["seed"], int) and int(df[df["attack"] == "clean"]["n"].iloc[0]) == 4
+
+
+class Later(Linear):
+    """Keeps the output contract for its first ``good`` calls, then breaks it (``mode``)."""
+
+    def __init__(self, mode: str, good: int = 2) -> None:
+        super().__init__()
+        self.late, self.good, self.calls = mode, good, 0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.calls += 1
+        out = super().forward(x)
+        if self.calls <= self.good:
+            return out
+        return {"tuple": (out, out), "dict": {"logits": out}, "wider": torch.cat([out, out], 1),
+                "flat": out.flatten()}[self.late]
+
+
+@pytest.mark.parametrize("protocol", ["standard", "paper"])
+@pytest.mark.parametrize("mode, got", [("tuple", "returned tuple on forward call 3"),
+                                       ("dict", "returned dict on forward call 3"),
+                                       ("wider", "returned Tensor (16, 10) torch.float32 on forward call 3"),
+                                       ("flat", "returned Tensor (80,) torch.float32 on forward call 3")])
+def test_a_model_that_breaks_its_output_after_the_probe_is_one_error(tmp_path, protocol, mode, got):
+    """The probe checks two calls; a model returning a tuple (another head, a flat vector) only later was an
+    AttributeError traceback inside the attack. Every call is checked now, the paper protocol's .net calls too."""
+    x, y = _xy()
+    with pytest.raises(UserError) as exc:
+        _evaluate(tmp_path, model=Later(mode), data=(x, y), attack="pgd", eps="2/255", steps=2, protocol=protocol)
+    msg = str(exc.value)
+    assert got in msg and "(its earlier calls returned (batch, 5) logits)" in msg and "\n" not in msg, msg
+    assert "on every call" in msg
+    ok = _evaluate(tmp_path / "ok", model=Later("tuple", good=10 ** 6), data=(x, y), attack="pgd", eps="2/255",
+                   steps=2, protocol=protocol)
+    assert set(ok["attack"]) == {"clean", "pgd"}
+    with pytest.raises(UserError, match="returned tuple on forward call 3"):
+        rbp.attack(Later("tuple"), x, y, "pgd", eps=2 / 255, steps=2)

@@ -162,6 +162,45 @@ def probe_model(model: Any, images: torch.Tensor, device: torch.device, num_clas
     return classes
 
 
+class OutputCheck:
+    """A forward hook on the copy of a model object: *every* output is float logits (batch, classes), with as many
+    classes as the first. The probe sees two calls; a model that returns a tuple, another shape or another head
+    later (a call counter, a mode switch inside ``forward``) failed deep inside an attack with a traceback."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.classes: Optional[int] = None
+        self.armed = False  # from the end of the probe on (the probe says what is wrong with its own calls)
+
+    def arm(self, classes: int) -> None:
+        self.armed, self.classes = True, int(classes)
+
+    def __call__(self, module: torch.nn.Module, args: Any, out: Any) -> None:
+        self.calls += 1
+        if not self.armed:
+            return
+        x = args[0] if isinstance(args, tuple) and args else None
+        n = len(x) if isinstance(x, torch.Tensor) and x.dim() > 0 else None
+        ok = isinstance(out, torch.Tensor) and out.dim() == 2 and out.is_floating_point() and \
+            (n is None or out.shape[0] == n) and (self.classes is None or out.shape[1] == self.classes)
+        if ok:
+            self.classes = int(out.shape[1])
+            return
+        got = (f"{type(out).__name__} {tuple(out.shape)} {out.dtype}" if isinstance(out, torch.Tensor) else
+               type(out).__name__)
+        before = f" (its earlier calls returned (batch, {self.classes}) logits)" if self.classes is not None else ""
+        raise UserError(f"the model returned {got} on forward call {self.calls} for a batch of {n}{before}; it must "
+                        f"return float logits of shape (batch, classes) on every call, the same classes each time "
+                        f"(return the logits tensor itself, not a tuple/dict, whatever its call count or mode)")
+
+
+def watch_outputs(net: torch.nn.Module) -> OutputCheck:
+    """Check every forward output of ``net`` (a copy of a caller's module) with :class:`OutputCheck`, once armed."""
+    check = OutputCheck()
+    net.register_forward_hook(check)
+    return check
+
+
 def meta_tensors(module: torch.nn.Module) -> bool:
     """Does the module hold parameters or buffers without data (the meta device)?"""
     return any(t.is_meta for t in list(module.parameters()) + list(module.buffers()))

@@ -26,7 +26,7 @@ from torch.utils.data import DataLoader, Dataset, IterableDataset, TensorDataset
 
 from ..errors import UserError, without_worker_traceback
 from ..models.wrapper import Normalized
-from .input_checks import as_tensor, check_labels, check_layout, check_range, meta_tensors, probe_model
+from .input_checks import as_tensor, check_labels, check_layout, check_range, meta_tensors, probe_model, watch_outputs
 
 
 def _class_name(obj: Any) -> str:
@@ -92,6 +92,8 @@ def wrap_model(obj: Any, mean: Optional[Sequence[float]] = None, std: Optional[S
     model.eval()
     for p in model.parameters():
         p.requires_grad_(False)
+    # every call, not only the probe's two (the paper protocol calls .net directly); armed by complete_info
+    model.output_check = watch_outputs(model.net)
     # a timm network knows its evaluation size and resize (used by registered datasets' transforms;
     # its normalisation is not guessed: that is mean=/std=)
     cfg = dict(getattr(model.net, "pretrained_cfg", None) or {})
@@ -134,6 +136,9 @@ def complete_info(model: Normalized, sample: torch.Tensor, device: torch.device,
         info["input_size"] = list(sample.shape)
     images = torch.stack([sample, sample if second is None else second]).float()
     info["num_classes"] = probe_model(model, images, device, info.get("num_classes"), need_grad)
+    check = getattr(model, "output_check", None)
+    if check is not None:
+        check.arm(info["num_classes"])
 
 
 class ObjectData(Dataset):
