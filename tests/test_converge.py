@@ -15,13 +15,14 @@ import pytest
 import torch
 
 import robustbench_pid as rbp
-from robustbench_pid.benchmarks.ladder import Ladder, LadderSpec, Rung, climb
+from robustbench_pid.benchmarks.ladder import Ladder, LadderSpec, Rung, RungResult, climb
 from robustbench_pid.errors import UserError
-from robustbench_pid.results.summaries.converge import CONVERGED, NOT_CONVERGED, RUNG_ORDER, UPPER_BOUND
+from robustbench_pid.results.summaries.converge import CONVERGED, NOT_CONVERGED, REDUCED, RUNG_ORDER, UPPER_BOUND
 
 EPS = 0.1
-FAST = {"steps": 25, "targets": 3, "fab_steps": 10, "square_queries": 300, "strong_steps": 30, "strong_restarts": 2,
-        "eot_steps": 10, "eot_iter": 4, "spsa_iterations": 5, "spsa_samples": 16}
+# a cut-down ladder for tests that do not read its status (its status says "reduced ladder")
+FAST = {"steps": 25, "fab_steps": 10, "square_queries": 100, "eot_steps": 10, "eot_iter": 4, "spsa_iterations": 5,
+        "spsa_samples": 16}
 
 
 @pytest.fixture(scope="module")
@@ -82,9 +83,10 @@ class Dropout(Scaled):
         return self.net(torch.nn.functional.dropout(x, 0.3, training=True))
 
 
-def converge(model, digits8, tmp_path: Path, name: str, n: int = 64, **kw):
+def converge(model, digits8, tmp_path: Path, name: str, n: int = 64, fast: bool = False, **kw):
+    """The ladder on the tiny MLP: the default ladder (seconds on these models), or ``fast`` (a reduced one)."""
     x, y = digits8
-    opts = {**FAST, **kw.pop("opt", {})}
+    opts = {**(FAST if fast else {}), **kw.pop("opt", {})}
     df = rbp.evaluate(model=model, data=(x[:n], y[:n]), attack="pgd", eps=EPS, steps=10, converge=True,
                       converge_opt=opts, out=tmp_path / name, name=name, mean=[0.0], std=[1.0], **kw)
     rec = rbp.load_records(df.attrs["run_dir"])
@@ -104,7 +106,8 @@ def test_plain_model_ladder_order_scope_and_status(plain_run):
     df, rec = plain_run
     rungs = rec["converge_rungs"].iloc[0].split(",")
     assert rungs[0] == "user" and rungs == sorted(rungs, key=RUNG_ORDER.index)
-    assert "apgd-ce" in rungs and "apgd-t" in rungs  # the minimum set: a CE and a DLR gradient rung
+    # every round runs the four families: CE gradient, targeted margin, boundary, gradient-free
+    assert {"apgd-ce", "apgd-t", "fab-t", "square"} <= set(rungs)
     # rung 0 is the user's attack exactly as its adversarial unit ran it
     adv = rbp.load_records(df.attrs["run_dir"])
     pgd = adv[adv["attack"] == "pgd"].set_index("sample_id")["correct_top1"]
@@ -126,8 +129,14 @@ def test_plain_model_ladder_order_scope_and_status(plain_run):
     gap = df[df["metric"] == "converge_gap"]["value"].iloc[0]
     assert gap == pytest.approx(pgd_row["value"] - row["value"]) and gap >= 0
     assert row["status"] == CONVERGED
-    last = rec["converge_broke"].iloc[0].split(",")[-1]
-    assert int(last) <= rec["converge_tolerance"].iloc[0]
+    rounds = [int(r) for r in rec["converge_rounds"].iloc[0].split(",")]
+    broke = [int(b) for b in rec["converge_broke"].iloc[0].split(",")]
+    last_round = sum(b for b, r in zip(broke, rounds) if r == max(rounds))
+    assert last_round <= rec["converge_tolerance"].iloc[0]
+    # the worst-case point of each sample is in the records: broken ones within eps, robust ones the clean image
+    broken = rec["clean_correct_top1"].astype(bool) & ~rec["correct_top1"].astype(bool)
+    assert broken.any() and (rec.loc[broken, "pert_linf"] <= EPS + 1e-6).all() and (rec.loc[broken, "pert_linf"] > 0).all()
+    assert (rec.loc[rec["correct_top1"].astype(bool), "pert_linf"] == 0).all()
     assert (rec["passes_backward"] >= 0).all() and rec["passes_forward"].mean() > 0
 
 
@@ -155,16 +164,16 @@ def test_cut_gradients_are_an_upper_bound_never_converged(plain, plain_run, digi
 
 def test_randomised_model_gets_the_eot_rungs(plain, digits8, tmp_path):
     model = Dropout(copy.deepcopy(plain))
-    _, rec = converge(model, digits8, tmp_path, "dropout", n=32)
+    _, rec = converge(model, digits8, tmp_path, "dropout", n=32, fast=True)
     rungs = rec["converge_rungs"].iloc[0].split(",")
     assert "eot-ce" in rungs and "eot-dlr" in rungs
     assert bool(rec["converge_unstable"].iloc[0])
-    _, rec_p = converge(plain, digits8, tmp_path, "plain32", n=32)
+    _, rec_p = converge(plain, digits8, tmp_path, "plain32", n=32, fast=True)
     assert "eot-ce" not in rec_p["converge_rungs"].iloc[0] and not rec_p["converge_unstable"].iloc[0]
 
 
 def test_resume_after_an_interrupted_run_gives_the_same_records(plain, digits8, tmp_path):
-    _, rec = converge(plain, digits8, tmp_path, "resume", n=48, chunk_size=16)
+    _, rec = converge(plain, digits8, tmp_path, "resume", n=48, chunk_size=16, fast=True)
     out = tmp_path / "resume"
     units = sorted(p for p in (out / "units").glob("*.parquet")
                    if pd.read_parquet(p, columns=["benchmark"])["benchmark"].iloc[0] == "converge")
@@ -173,7 +182,7 @@ def test_resume_after_an_interrupted_run_gives_the_same_records(plain, digits8, 
         p.with_suffix(".json").unlink()
         p.unlink()
     (out / "summary.csv").unlink()
-    _, again = converge(plain, digits8, tmp_path, "resume", n=48, chunk_size=16)
+    _, again = converge(plain, digits8, tmp_path, "resume", n=48, chunk_size=16, fast=True)
     cols = [c for c in rec.columns if c not in ("unit",)]
     pd.testing.assert_frame_equal(rec[cols], again[cols])
 
@@ -182,8 +191,9 @@ def _ladder(n: int) -> Ladder:
     return Ladder(robust=torch.ones(n, dtype=torch.bool))
 
 
-def _fake(breaks: dict):
-    """A rung runner that breaks the first ``breaks[rung]`` of the samples it is given."""
+def _fake(breaks: dict, nearness=None):
+    """A rung runner that breaks the first ``breaks[rung]`` of the samples it is given (``nearness``: per sample,
+    what the ranked APGD-T reports as its best margin loss)."""
     seen = []
 
     def run(rung: Rung, idx: torch.Tensor):
@@ -191,46 +201,76 @@ def _fake(breaks: dict):
         k = breaks.get(rung.id, 0)
         still = torch.ones(len(idx), dtype=torch.bool)
         still[:k] = False
-        return still, torch.ones(len(idx)), torch.ones(len(idx))
+        near = nearness[idx] if nearness is not None and rung.family == "targeted" else None
+        return RungResult(still, torch.ones(len(idx)), torch.ones(len(idx)), None, near)
     return run, seen
 
 
-def test_stop_rule_waits_for_the_minimum_set_then_stops():
+ROUND1 = ["apgd-ce", "apgd-t", "fab-t", "square"]
+
+
+def test_a_round_that_breaks_at_most_the_tolerance_ends_the_ladder_and_every_family_runs_first():
     spec = LadderSpec()
     none = torch.zeros(1000, dtype=torch.bool)
-    run, seen = _fake({"apgd-ce": 0, "apgd-t": 1})
-    lad = climb(_ladder(1000), spec, EPS, run, unstable=False, flagged=none, no_grad=none)
-    # APGD-CE breaking nothing is not enough (no DLR rung yet); APGD-T breaking 1 <= max(1, 0.1% of 1000) stops
-    assert [s[0] for s in seen] == ["apgd-ce", "apgd-t"] and lad.status == CONVERGED
+    run, seen = _fake({"apgd-t": 1})
+    lad = climb(_ladder(1000), spec, EPS, run, unstable=False, no_grad=none)
+    # one round of the four families breaking 1 <= max(1, 0.1% of 1000) stops; gradient rungs alone never do
+    assert [s[0] for s in seen] == ROUND1 and lad.status == CONVERGED and "round 1" in lad.detail
     # only still-robust samples reach a later rung
-    run, seen = _fake({"apgd-ce": 10, "apgd-t": 5, "fab-t": 0})
-    lad = climb(_ladder(1000), spec, EPS, run, unstable=False, flagged=none, no_grad=none)
-    assert [s[0] for s in seen] == ["apgd-ce", "apgd-t", "fab-t"]
+    run, seen = _fake({"apgd-ce": 10, "apgd-t": 5})
+    lad = climb(_ladder(1000), spec, EPS, run, unstable=False, no_grad=none)
+    assert [s[0] for s in seen][:4] == ROUND1
     assert len(seen[1][1]) == 990 and len(seen[2][1]) == 985 and set(seen[1][1]).isdisjoint(range(10))
-    assert int(lad.robust.sum()) == 985 and lad.status == CONVERGED
+    # round 1 broke 15 > 1: round 2 attacks the 20% still-robust samples nearest the boundary, and breaks nothing
+    assert [s[0] for s in seen][4:] == ["apgd-ce@2", "apgd-t@2", "fab-t@2", "square@2"]
+    assert len(seen[4][1]) == 197 and lad.status == CONVERGED and "round 2" in lad.detail
 
 
-def test_not_converged_reports_what_the_last_rung_broke():
-    spec = LadderSpec.from_options({"tol_share": 0.0})
-    none = torch.zeros(100, dtype=torch.bool)
-    run, seen = _fake({r: 3 for r in RUNG_ORDER})
-    lad = climb(_ladder(100), spec, EPS, run, unstable=False, flagged=none, no_grad=none)
-    assert [s[0] for s in seen] == ["apgd-ce", "apgd-t", "fab-t", "square", "strong-all"]
-    assert lad.status == NOT_CONVERGED and "strong-all" in lad.detail and "3 sample" in lad.detail
-
-
-def test_flagged_samples_get_the_stronger_rung_and_no_gradients_the_free_ones():
+def test_the_gradient_free_rung_breaking_more_than_the_tolerance_keeps_the_ladder_climbing():
+    """The adversarially trained model the issue met: the gradient rungs break nothing more, Square breaks 2."""
     spec = LadderSpec()
-    flagged = torch.zeros(50, dtype=torch.bool)
-    flagged[:5] = True
+    none = torch.zeros(200, dtype=torch.bool)
+    run, seen = _fake({"apgd-t": 1, "square": 2})
+    lad = climb(_ladder(200), spec, EPS, run, unstable=False, no_grad=none)
+    assert [s[0] for s in seen][:8] == ROUND1 + ["apgd-ce@2", "apgd-t@2", "fab-t@2", "square@2"]
+    assert lad.status == CONVERGED and int((~lad.robust).sum()) == 3
+
+
+def test_later_rounds_attack_the_nearest_samples_and_name_the_last_round_when_they_run_out():
+    near = torch.arange(100, dtype=torch.float32) % 7  # the samples with nearness 6 come first
+    spec = LadderSpec.from_options({"tol_share": 0.0, "near_min": 1})
+    run, seen = _fake({r: 3 for r in RUNG_ORDER}, near)
+    lad = climb(_ladder(100), spec, EPS, run, unstable=False, no_grad=torch.zeros(100, dtype=torch.bool))
+    ids = [s[0] for s in seen]
+    assert ids == ROUND1 + [f"{r}@2" for r in ROUND1] + [f"{r}@3" for r in ROUND1]
+    round2 = dict(seen)["apgd-ce@2"]
+    assert len(round2) == 18 and all(int(near[i]) >= 5 for i in round2)  # ceil(20% of the 88 left), nearest first
+    assert lad.status == NOT_CONVERGED and "round 3, the last (3 allowed), still broke 12" in lad.detail
+
+
+def test_no_gradient_samples_get_spsa_and_a_randomised_model_the_eot_rungs():
+    spec = LadderSpec()
     no_grad = torch.zeros(50, dtype=torch.bool)
     no_grad[10:20] = True
     run, seen = _fake({})
-    lad = climb(_ladder(50), spec, EPS, run, unstable=True, flagged=flagged, no_grad=no_grad)
+    lad = climb(_ladder(50), spec, EPS, run, unstable=True, no_grad=no_grad)
     ids = [s[0] for s in seen]
-    assert ids[:2] == ["eot-ce", "eot-dlr"] and "strong-flagged" in ids and ids.index("spsa") > ids.index("square")
-    assert dict(seen)["strong-flagged"] == list(range(5)) and dict(seen)["spsa"] == list(range(10, 20))
+    assert ids[:2] == ["eot-ce", "eot-dlr"] and ids.index("spsa") > ids.index("square")
+    assert dict(seen)["spsa"] == list(range(10, 20))
     assert lad.status == UPPER_BOUND
+
+
+def test_a_reduced_ladder_says_so_in_its_status_and_rung_settings():
+    spec = LadderSpec.from_options({"steps": 1, "targets": 1})
+    assert spec.reductions() == ["steps 1 < 100", "targets 1 < 2"]
+    run, _ = _fake({})
+    lad = climb(_ladder(100), spec, EPS, run, unstable=False, no_grad=torch.zeros(100, dtype=torch.bool))
+    assert lad.status == f"{REDUCED} (steps 1 < 100, targets 1 < 2)" and lad.status != CONVERGED
+    assert [h["settings"] for h in lad.history][:2] == ["APGD-CE-1", "APGD-T-1 (target 1 of 9 ranked by boundary "
+                                                                      "distance)"]
+    looser = LadderSpec.from_options({"tol_share": 0.01})
+    assert looser.reductions() == ["tol_share 0.01 > 0.001"]
+    assert LadderSpec.from_options({"square_queries": 5000, "rounds": 4}).reductions() == []  # stronger: not reduced
 
 
 def test_converge_refuses_what_it_cannot_do(plain, digits8, tmp_path):
@@ -540,7 +580,7 @@ def test_a_rung_whose_model_gives_nan_stops_instead_of_counting_class_0_as_robus
     x, y = x[:12], y[:12]
     model = NaNAway(plain, x)
     assert torch.isfinite(model(x)).all()
-    rung = Rung("apgd-ce", "apgd_ce", {"eps": EPS, "steps": 5}, loss="ce")
+    rung = Rung("apgd-ce", "apgd_ce", {"eps": EPS, "steps": 5}, "ce")
     with pytest.raises(NonFiniteError, match="non-finite logits in the ladder's rung 'apgd-ce'"):
         run_rung(rung, model, model, x, y, torch.Generator().manual_seed(0), 12)
     seen = []
@@ -592,7 +632,7 @@ def test_the_condition_level_rule_sees_what_small_units_leave_to_their_last_rung
     rungs = ["user", "apgd-ce", "apgd-t"]
     each_one = _unit_records([(rungs, [5, 0, 1], ok, [False] * 120)] * 3)
     assert last_full_breaks(each_one) == 3 and condition_status(each_one) == NOT_CONVERGED
-    assert "3 of 3 work units converged; their last full rungs broke 3 of 360 samples (tolerance 1" in \
+    assert "3 of 3 work units converged; their last rounds broke 3 of 360 samples (tolerance 1" in \
         condition_detail(each_one)
     one = _unit_records([(rungs, [5, 0, 1], ok, [False] * 120)] + [(rungs, [5, 0, 0], ok, [False] * 120)] * 2)
     assert condition_status(one) == CONVERGED

@@ -26,7 +26,8 @@ from ..runtime.health import check_finite
 from ..results.report.indicators import LIBRARY_ATTACKS, TREND_TAU, loss_trend
 from ..specs import Unit, chunks
 from . import Benchmark, Column, benchmarks
-from .ladder import PROBE, Ladder, LadderSpec, climb, gradients_unavailable, predictions_unstable, run_rung
+from .ladder import PROBE, Ladder, LadderSpec, RungResult, climb, run_rung
+from .ladder_probes import batch_dependent, gradients_unavailable, predictions_unstable
 
 CONVERGE = "converge"
 META = {"attack_label": "Converged", "norm": "linf", "white_box": True, "worst_case": True, "paper_eps": float("nan")}
@@ -75,13 +76,18 @@ class Converge(Benchmark):
         return gather(parts)
 
     def passes(self, ctx: Any, unit: Unit) -> Tuple[float, float]:
-        """Rung 0, the probes, APGD-CE, APGD-T, FAB-T and Square on every sample: the rungs any ladder may run
-        (the evidence-driven ones, EOT, the stronger APGD and SPSA, are not counted: they run only where called
-        for, so a ladder that needs them costs more than this)."""
+        """Rung 0, the probes and round 1 (APGD-CE, ranked APGD-T, FAB-T, Square) on every sample, and the later
+        rounds on their share of nearest samples: what a ladder costs on a model no rung breaks a sample of (the
+        evidence-driven rungs, EOT and SPSA, are not counted: they run only where called for, so a ladder that needs
+        them costs more than this)."""
         p = json.loads(unit.params)
         s = LadderSpec.from_options(p["ladder"])
         # FAB-T: one Jacobian pass (forward+backward) per iteration and target, as FABT.passes() counts it
-        fwd, fb = 3.0 + s.square_queries + s.fab_steps * s.targets, 2.0 + s.steps * (1 + s.targets) + s.fab_steps * s.targets
+        fwd, fb = 4.0 + 1, 3.0
+        for r in range(1, s.rounds + 1):
+            share = 1.0 if r == 1 else s.near_share
+            fwd += share * (1 + s.square_queries * s.square_growth ** (r - 1) + s.fab_steps * s.fab_targets)
+            fb += share * (s.steps * (1 + s.targets) + s.pool + s.fab_steps * s.fab_targets)
         for name, params in p["rung0"]:
             f, b = make_attack(name, **params).passes()
             fwd, fb = fwd + f, fb + b
@@ -92,7 +98,7 @@ class Converge(Benchmark):
         spec = LadderSpec.from_options(p["ladder"])
         model, attacked = ctx.verdict_model(), ctx.attacked_model()
         xs, ys, sids, logits = [], [], [], []
-        robust_parts, flag_parts, fwd0, bwd0 = [], [], [], []
+        robust_parts, flag_parts, fwd0, bwd0, worst_parts = [], [], [], [], []
         rung0 = [(name, params) for name, params in p["rung0"]]
         gens = [ctx.generator(Unit("adversarial", name, unit.eps, json.dumps(params, sort_keys=True), "",
                                    unit.start, unit.stop)) for name, params in rung0]
@@ -103,7 +109,7 @@ class Converge(Benchmark):
                     clean = model(x).float()
                 check_finite(clean, ctx, unit, "clean")
             c1, c5 = still_correct(clean, y, 1), still_correct(clean, y, 5)
-            robust, flagged, f0, b0 = self._rung0(ctx, unit, rung0, gens, x, y, c1, c5)
+            robust, flagged, f0, b0, worst = self._rung0(ctx, unit, rung0, gens, x, y, c1, c5)
             xs.append(x)
             ys.append(y)
             sids += list(ids)
@@ -112,26 +118,34 @@ class Converge(Benchmark):
             flag_parts.append(flagged)
             fwd0.append(f0)
             bwd0.append(b0)
+            worst_parts.append(worst.cpu())
             ctx.advance(len(ids))
         x, y, clean = torch.cat(xs), torch.cat(ys), torch.cat(logits)
         c1 = still_correct(clean, y, 1)
-        ladder = Ladder(robust=torch.cat(robust_parts).cpu().clone())
+        ladder = Ladder(robust=torch.cat(robust_parts).cpu().clone(), worst=torch.cat(worst_parts).cpu())
         rung0_robust = ladder.robust.clone()
         everyone = torch.arange(len(y))
         ladder.charge("user", everyone, torch.cat(fwd0), torch.cat(bwd0))
         c5_all = still_correct(clean, y, 5).cpu()  # rung 0 attacks every clean top-5 correct sample
         ladder.history.append({"id": "user", "attacked": int(c5_all.sum()), "broke": int((c1.cpu() & ~rung0_robust).sum()),
-                               "full": True, "label": "+".join(n for n, _ in rung0)})
+                               "full": True, "label": "+".join(n for n, _ in rung0), "round": 0, "family": "",
+                               "scope": "clean top-5 correct",
+                               "settings": " + ".join(make_attack(n, **p).describe() for n, p in rung0)})
         for i in (c1.cpu() & ~rung0_robust).nonzero().squeeze(1).tolist():
             ladder.broken_by[i] = "user"
         flagged = torch.cat(flag_parts).cpu()
-        # probes: repeated clean passes (randomised model?) and input gradients of the still-robust samples
+        # probes: repeated clean passes (randomised model?), the same samples in another batch (outputs depend on
+        # the batch?) and input gradients of the still-robust samples
         sel = c1.nonzero().squeeze(1)
         unstable = bool(len(sel)) and predictions_unstable(model, x[sel], clean[sel], spec.unstable_rtol)
         ladder.charge(PROBE, sel.cpu(), torch.full((len(sel),), 2.0), torch.zeros(len(sel)))
+        bs = max(1, ctx.batch_size)
+        first = slice(0, min(bs, len(y)))  # the first batch, as the clean pass scored it
+        dependent = batch_dependent(model, x[first], clean[first], spec.batch_rtol)
+        ladder.charge(PROBE, torch.arange(min(4, len(y))), torch.ones(min(4, len(y))), torch.zeros(min(4, len(y))))
+        ladder.charge(PROBE, torch.arange(first.stop), torch.ones(first.stop), torch.zeros(first.stop))
         no_grad = torch.zeros(len(y), dtype=torch.bool)
         rob = ladder.robust.nonzero().squeeze(1)
-        bs = max(1, ctx.batch_size)
         for s in range(0, len(rob), bs):
             idx = rob[s:s + bs]
             with attack_precision(ctx.device, ctx.spec.precision):
@@ -139,21 +153,24 @@ class Converge(Benchmark):
         ladder.charge(PROBE, rob, torch.ones(len(rob)), torch.full((len(rob),), 2.0))
         gen = ctx.generator(unit)
 
-        def run(rung: Any, idx: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        def run(rung: Any, idx: torch.Tensor) -> RungResult:
             d = idx.to(x.device)
             with attack_precision(ctx.device, ctx.spec.precision):
                 return run_rung(rung, attacked, model, x[d], y[d], gen, bs,
                                 check=lambda t, stage: check_finite(t, ctx, unit, stage))
 
-        climb(ladder, spec, unit.eps, run, unstable=unstable, flagged=flagged, no_grad=no_grad)
-        return self._records(ladder, sids, y, clean, c1, rung0_robust, flagged, no_grad, unstable, spec)
+        climb(ladder, spec, unit.eps, run, unstable=unstable, no_grad=no_grad, batch_dependent=dependent)
+        return self._records(ladder, sids, x, y, clean, c1, rung0_robust, flagged, no_grad, unstable, dependent,
+                             spec, rung0)
 
     def _rung0(self, ctx: Any, unit: Unit, rung0: List[Tuple[str, Dict[str, Any]]], gens: List[torch.Generator], x: torch.Tensor,
                y: torch.Tensor, c1: torch.Tensor, c5: torch.Tensor
-               ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+               ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         """The user's attacks on this batch exactly as their adversarial units ran them: (robust after
-        all of them, incomplete-optimisation flag (NaN where not computable), forward, backward passes)."""
+        all of them, incomplete-optimisation flag (NaN where not computable), forward, backward passes, the
+        worst-case point so far: the first breaking point, else the clean image)."""
         robust = c1.clone()
+        worst = x.clone()
         flagged = torch.zeros(len(y), dtype=torch.bool, device=y.device)
         fwd = torch.zeros(len(y), device=y.device)
         bwd = torch.zeros(len(y), device=y.device)
@@ -172,6 +189,8 @@ class Converge(Benchmark):
                 adv_logits = ctx.verdict_model()(x_adv).float()
             check_finite(adv_logits, ctx, unit, "verdict")
             ok = still_correct(adv_logits, y, 1)
+            newly = robust & ~ok
+            worst[newly] = x_adv[newly]
             robust &= ok
             tel = attack.telemetry
             if tel is not None:
@@ -184,19 +203,24 @@ class Converge(Benchmark):
                     trace = torch.cat([tel.trace(), end[:, None]], 1).cpu().numpy()
                     trend = torch.as_tensor(loss_trend(trace) > TREND_TAU, device=y.device)
                     flagged[sel] |= trend & ok[sel]
-        return robust, flagged & robust, fwd, bwd
+        return robust, flagged & robust, fwd, bwd, worst
 
-    def _records(self, ladder: Ladder, sids: List[str], y: torch.Tensor, clean: torch.Tensor, c1: torch.Tensor,
-                 rung0_robust: torch.Tensor, flagged: torch.Tensor, no_grad: torch.Tensor, unstable: bool,
-                 spec: LadderSpec) -> Dict[str, Column]:
+    def _records(self, ladder: Ladder, sids: List[str], x: torch.Tensor, y: torch.Tensor, clean: torch.Tensor,
+                 c1: torch.Tensor, rung0_robust: torch.Tensor, flagged: torch.Tensor, no_grad: torch.Tensor,
+                 unstable: bool, dependent: bool, spec: LadderSpec, rung0: List[Tuple[str, Dict[str, Any]]]
+                 ) -> Dict[str, Column]:
         n = len(y)
+        # the worst-case point of each sample: the point of the rung that broke it (the clean image while robust)
+        delta = (ladder.worst.float() - x.detach().cpu().float()).flatten(1)
         c5 = still_correct(clean, y, 5).cpu()
         rec: Dict[str, Column] = {"sample_id": sids, "label": y.cpu(), "clean_pred": clean.argmax(1).cpu(),
                                   "clean_correct_top1": c1.cpu(), "clean_correct_top5": c5,
                                   "correct_top1": ladder.robust.clone(), "correct_top5": None,
                                   "attacked": c1.cpu(), "rung0_correct_top1": rung0_robust,
                                   "broken_by": list(ladder.broken_by),
-                                  "flag_incomplete": flagged, "grad_unavailable": no_grad}
+                                  "flag_incomplete": flagged, "grad_unavailable": no_grad,
+                                  "pert_linf": delta.abs().amax(1), "pert_l2": delta.norm(dim=1),
+                                  "pert_l1": delta.abs().sum(1)}
         tot_f = torch.zeros(n, dtype=torch.float64)
         tot_b = torch.zeros(n, dtype=torch.float64)
         for rid in ladder.forward:
@@ -210,5 +234,8 @@ class Converge(Benchmark):
                     "converge_rungs": ",".join(r["id"] for r in h), "converge_labels": ",".join(r["label"] for r in h),
                     "converge_attacked": ",".join(str(r["attacked"]) for r in h),
                     "converge_broke": ",".join(str(r["broke"]) for r in h),
-                    "converge_unstable": bool(unstable), "converge_tolerance": spec.tolerance(n), **META})
+                    "converge_rounds": ",".join(str(r.get("round", 1)) for r in h),
+                    "converge_history": json.dumps(h, sort_keys=True),
+                    "converge_unstable": bool(unstable), "converge_batch_dependent": bool(dependent),
+                    "converge_tolerance": spec.tolerance(n), **META})
         return rec

@@ -1,66 +1,80 @@
-"""The convergence ladder: escalate attacks on the samples still robust until a full rung breaks
-(almost) nothing more, and say which kind of number came out.
+"""The convergence ladder: attack the samples still robust with attack families that fail in different ways,
+in rounds, until a round breaks (almost) nothing more, and say which kind of number came out.
 
-Why a ladder and not one strong attack: on the embedded models PGD-20 and even PGD-500 leave 20 points
-of robust accuracy that AutoAttack's other components break (docs/attacks.md), while running every
-strong attack on every sample wastes passes on samples an earlier attack already broke. Each rung runs
-only on the samples still robust (top-1) after the rungs before it; the per-sample worst case over the
-rungs is the converged verdict.
+Why families and not one strong attack: each family has a blind spot another covers. Cross-entropy APGD
+saturates on scaled-up logits; the targeted DLR margin (APGD-T) does not, and reaches classes the untargeted
+ascent walks past; a minimum-norm boundary search (FAB-T) linearises the model instead of ascending a loss;
+a gradient-free random search (Square) needs no gradient at all, so a model whose gradients point the wrong
+way (obfuscated, noisy, sign-flipped) fools the first three but not it. A ``converged`` resting on gradient
+attacks alone was wrong on the first adversarially trained model it met (Square broke what APGD-T left).
 
-Order (canonical, ``RUNG_ORDER``): the user's attack(s) (rung 0); APGD-CE and APGD-DLR with EOT when
-repeated clean forward passes disagree (a randomised model); APGD-CE; APGD-T (targeted DLR); APGD-CE
-with more restarts on the samples rung 0 left with a loss still rising (incomplete optimisation);
-FAB-T; Square; SPSA on samples whose input gradients are unavailable; a last stronger APGD on
-everything still robust when the ladder has not converged by then.
+Rounds (``planned_round``), each rung on the samples still robust after the rungs before it:
+- rung 0 (``user``): the user's attack(s), exactly as their rows ran them;
+- round 1, on every still-robust sample: [EOT rungs when repeated clean passes disagree], APGD-CE,
+  APGD-T on the ``targets`` classes whose linearised boundary is nearest (MALT's ranking; AutoAttack
+  attacks the 9 highest logits), FAB-T, Square with a small budget, [SPSA on samples without gradients];
+- round r >= 2, only if the round before broke more than the tolerance: the same four families with a
+  fresh start and a larger budget (the next ranked targets, the next FAB target, ``square_growth`` times
+  the queries) on the still-robust samples nearest the boundary (the ``near_share`` with the highest
+  targeted-margin loss APGD-T reached: A^3's observation that the samples a stronger attack still breaks
+  are those a weaker one brought closest).
 
-Stop rule: after a full rung (one run on every still-robust sample) that breaks at most
-``tolerance(n)`` = max(tol_min, floor(tol_share * n)) samples, stop, but never before one CE-loss and
-one DLR-loss gradient rung have run (CE saturates when logits are scaled up; DLR does not). When the
-input gradients of more than ``tolerance(n)`` samples are zero or not finite for both losses, the
-gradient-free rungs (Square, SPSA) always run and the status is ``upper bound: gradients unavailable``:
-a gradient-free search failing is no evidence of robustness. The rule is applied per work unit (a chunk
-of ``--chunk-size`` samples), so sharding never changes a verdict; a condition is ``converged`` only if
-every chunk is.
+Stop rule: a round in which every family had its turn and which broke at most ``tolerance(n)`` =
+max(tol_min, floor(tol_share * n)) samples ends the ladder ``converged``; after ``rounds`` rounds it is
+``not converged``. More than the tolerance of still-robust samples without usable input gradients makes
+it ``upper bound: gradients unavailable`` whatever the rounds broke; a model whose outputs depend on the
+batch is ``not converged: outputs depend on the batch`` (a verdict scored in one batch need not hold in
+another). A ladder with settings below the defaults (fewer steps, targets, queries, rounds, or a looser
+tolerance) says so: ``converged (reduced ladder: ...)``. The rule is applied per work unit (so sharding
+never changes a verdict) and once more per condition (``results/summaries/converge.py``).
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, fields
-from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
-import torch.nn.functional as F
 
 from ..attacks import make_attack
 from ..errors import UserError
 from ..runtime.health import NonFiniteError
 
-from ..results.summaries.converge import CONVERGED, NOT_CONVERGED, RUNG_ORDER, STATUSES, UPPER_BOUND  # noqa: F401
+from ..results.summaries.converge import (BATCH_DEPENDENT, CONVERGED, NOT_CONVERGED, REDUCED, UPPER_BOUND,  # noqa: F401
+                                          rung_id)
 
-PROBE = "probe"  # passes spent on the instability and gradient probes
+PROBE = "probe"  # passes spent on the instability, batch-context and gradient probes
 MAX_TOL_SHARE, MAX_TOL_MIN = 0.05, 10  # the loosest stop rule accepted: 5% of a unit's samples, 10 samples
+FAMILIES = ("ce", "targeted", "boundary", "free")  # the four a round must run for its verdict to count
 
 
 @dataclass(frozen=True)
 class LadderSpec:
-    """The ladder's settings (``--converge-tol``, ``--converge-opt KEY=VALUE``); part of the unit key."""
+    """The ladder's settings (``--converge-tol``, ``--converge-opt KEY=VALUE``); part of the unit key.
 
-    tol_share: float = 0.001  # stop when a full rung breaks at most this share of the samples ...
+    Why these defaults: docs/attacks.md's grid measures them against AutoAttack and a stronger reference."""
+
+    tol_share: float = 0.001  # stop when a round breaks at most this share of the samples ...
     tol_min: int = 1  # ... or this many, whichever is larger
-    steps: int = 100  # APGD-CE / APGD-T iterations (AutoAttack standard)
-    targets: int = 9  # APGD-T / FAB-T target classes
-    fab_steps: int = 100
-    square_queries: int = 5000
+    steps: int = 100  # APGD-CE / APGD-T iterations per run (AutoAttack standard)
+    targets: int = 2  # ranked APGD-T targets per round (round r: ranks (r-1)*targets+1 ...)
+    pool: int = 9  # candidate classes the ranking scores (the highest logits besides the true one)
+    fab_steps: int = 50
+    fab_targets: int = 1  # FAB-T targets per round (round r: the next ones by logit)
+    square_queries: int = 500  # Square's queries in round 1 ...
+    square_growth: int = 4  # ... times this per later round (round 2: 2,000, round 3: 8,000)
+    rounds: int = 3
+    near_share: float = 0.2  # rounds >= 2 attack this share of the still-robust samples, nearest first ...
+    near_min: int = 8  # ... and at least this many
     eot_steps: int = 100
     eot_iter: int = 20  # AutoAttack's rand version
-    strong_steps: int = 100  # the stronger APGD: 5 restarts of AutoAttack's 100 iterations
-    strong_restarts: int = 5
     spsa_iterations: int = 40  # SPSA runs only on samples without usable gradients
     spsa_samples: int = 128
     unstable_rtol: float = 1e-3  # repeated clean logits differing by more than this (relative): randomised
+    batch_rtol: float = 1e-2  # a sample's logits alone vs in its batch differing by more: batch-dependent
 
     @classmethod
-    def from_options(cls, options: Optional[Mapping[str, Any]]) -> "LadderSpec":
+    def from_options(cls, options: Optional[Dict[str, Any]]) -> "LadderSpec":
         options = dict(options or {})
         names = {f.name: f.type for f in fields(cls)}
         unknown = sorted(k for k in options if k not in names)
@@ -75,89 +89,126 @@ class LadderSpec:
                 clean[k] = want(v) if want is float or float(v).is_integer() else None
                 if clean[k] is None:
                     raise ValueError
-            except (TypeError, ValueError):
+            except (TypeError, ValueError, OverflowError):
                 raise UserError(f"--converge-opt {k}={v!r}: expected a {'number' if want is float else 'whole number'}")
         spec = cls(**clean)
         spec.check()
         return spec
 
     def check(self) -> None:
-        # a ladder whose last rung may still break more than this is not converged in any useful sense
+        # a ladder whose last round may still break more than this is not converged in any useful sense
         if not (0 <= self.tol_share <= MAX_TOL_SHARE) or not math.isfinite(self.tol_share):
             raise UserError(f"--converge-tol must be a share in [0, {MAX_TOL_SHARE}] (0.001 = 0.1%), got "
                             f"{self.tol_share}")
         if not 0 <= self.tol_min <= MAX_TOL_MIN:
             raise UserError(f"--converge-opt tol_min must be in [0, {MAX_TOL_MIN}] samples, got {self.tol_min} (for "
                             f"a larger tolerance on large work units, raise --converge-tol, a share)")
-        if not (math.isfinite(self.unstable_rtol) and self.unstable_rtol >= 0):
-            raise UserError(f"--converge-opt unstable_rtol must be a finite number >= 0, got {self.unstable_rtol}")
+        for name in ("unstable_rtol", "batch_rtol"):
+            v = getattr(self, name)
+            if not (math.isfinite(v) and v >= 0):
+                raise UserError(f"--converge-opt {name} must be a finite number >= 0, got {v}")
+        if not (math.isfinite(self.near_share) and 0 < self.near_share <= 1):
+            raise UserError(f"--converge-opt near_share must be a share in (0, 1], got {self.near_share}")
         for f in fields(self):
             v = getattr(self, f.name)
-            if f.name not in ("tol_share", "tol_min", "unstable_rtol") and v < 1:
+            if f.name not in ("tol_share", "tol_min", "unstable_rtol", "batch_rtol", "near_share") and v < 1:
                 raise UserError(f"--converge-opt {f.name} must be >= 1, got {v}")
+        if self.rounds * self.targets > self.pool:
+            need = self.rounds * self.targets
+            raise UserError(f"--converge-opt: {self.rounds} rounds of {self.targets} ranked targets need {need} "
+                            f"candidates but pool is {self.pool}; raise pool or lower rounds/targets")
 
     def tolerance(self, n: int) -> int:
-        """How many samples a full rung may still break for the ladder to count as converged."""
+        """How many samples a round may still break for the ladder to count as converged."""
         return max(int(self.tol_min), int(math.floor(self.tol_share * n + 1e-9)))
 
     def as_dict(self) -> Dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
+    def reductions(self) -> List[str]:
+        """The settings weaker than the defaults ('steps 25 < 100'): a ladder with any is a reduced ladder,
+        whose ``converged`` says so. Thresholds of the probes (``*_rtol``) are not budgets: not counted."""
+        base = LadderSpec()
+        out = []
+        for f in fields(self):
+            v, d = getattr(self, f.name), getattr(base, f.name)
+            if f.name.endswith("_rtol"):
+                continue
+            looser = v > d if f.name in ("tol_share", "tol_min") else v < d
+            if looser:
+                out.append(f"{f.name} {v:g} {'>' if v > d else '<'} {d:g}")
+        return out
+
 
 @dataclass
 class Rung:
-    """One rung: an attack with settings, run on ``scope`` (all still-robust samples, or a subset)."""
+    """One rung: an attack with settings, the round it belongs to, and which samples it runs on."""
 
     id: str
     attack: str
     params: Dict[str, Any]
-    scope: str = "robust"  # robust | flagged | no-gradient
-    loss: str = ""  # "ce" / "dlr": what the minimum set needs; "" for others
+    family: str = ""  # one of FAMILIES, or "" for the evidence-driven rungs (EOT, SPSA)
+    round: int = 1
+    scope: str = "robust"  # robust | near | no-gradient
+
+    def describe(self) -> str:
+        return make_attack(self.attack, **self.params).describe()
 
 
-def planned_rungs(spec: LadderSpec, eps: float, unstable: bool, flagged: bool, no_grad: bool) -> List[Rung]:
-    """The rungs after rung 0, in canonical order, with the evidence-driven ones where called for."""
-    s = spec
+def planned_round(spec: LadderSpec, eps: float, r: int, unstable: bool, no_grad: bool) -> List[Rung]:
+    """The rungs of round ``r`` in order (see the module docstring)."""
+    s, near = spec, ("robust" if r == 1 else "near")
     out: List[Rung] = []
-    if unstable:
-        out += [Rung("eot-ce", "apgd_eot", {"eps": eps, "steps": s.eot_steps, "eot_iter": s.eot_iter, "loss": "ce"},
-                     loss="ce"),
-                Rung("eot-dlr", "apgd_eot", {"eps": eps, "steps": s.eot_steps, "eot_iter": s.eot_iter, "loss": "dlr"},
-                     loss="dlr")]
-    out.append(Rung("apgd-ce", "apgd_ce", {"eps": eps, "steps": s.steps}, loss="ce"))
-    out.append(Rung("apgd-t", "apgd_t", {"eps": eps, "steps": s.steps, "targets": s.targets}, loss="dlr"))
-    if flagged:  # after APGD-T: the flagged samples it breaks cost the stronger rung nothing
-        out.append(Rung("strong-flagged", "apgd_strong", {"eps": eps, "steps": s.strong_steps,
-                                                          "restarts": s.strong_restarts}, scope="flagged"))
-    out.append(Rung("fab-t", "fab_t", {"eps": eps, "steps": s.fab_steps, "targets": s.targets}))
-    out.append(Rung("square", "square", {"eps": eps, "n_queries": s.square_queries}))
-    if no_grad:
+    if unstable and r == 1:
+        out += [Rung("eot-ce", "apgd_eot", {"eps": eps, "steps": s.eot_steps, "eot_iter": s.eot_iter, "loss": "ce"}),
+                Rung("eot-dlr", "apgd_eot", {"eps": eps, "steps": s.eot_steps, "eot_iter": s.eot_iter, "loss": "dlr"})]
+    out += [
+        Rung(rung_id("apgd-ce", r), "apgd_ce", {"eps": eps, "steps": s.steps}, "ce", r, near),
+        Rung(rung_id("apgd-t", r), "apgd_ranked", {"eps": eps, "steps": s.steps, "targets": s.targets,
+                                                   "first": (r - 1) * s.targets + 1, "pool": s.pool}, "targeted", r, near),
+        Rung(rung_id("fab-t", r), "fab_t", {"eps": eps, "steps": s.fab_steps, "targets": s.fab_targets,
+                                            "first": (r - 1) * s.fab_targets + 1}, "boundary", r, near),
+        Rung(rung_id("square", r), "square", {"eps": eps, "n_queries": s.square_queries * s.square_growth ** (r - 1)},
+             "free", r, near),
+    ]
+    if no_grad and r == 1:
         out.append(Rung("spsa", "spsa", {"eps": eps, "iterations": s.spsa_iterations, "n_samples": s.spsa_samples},
                         scope="no-gradient"))
     return out
 
 
-def strong_all(spec: LadderSpec, eps: float) -> Rung:
-    """The last escalation: more restarts and iterations (DLR loss, scale-invariant) on every sample left."""
-    return Rung("strong-all", "apgd_strong", {"eps": eps, "steps": spec.strong_steps,
-                                              "restarts": spec.strong_restarts, "loss": "dlr"}, loss="dlr")
+@dataclass
+class RungResult:
+    """What one rung did to the samples it attacked: top-1 correct after it, passes, the points it returned and,
+    where the attack reports it, each sample's best margin loss (higher = nearer the boundary)."""
+
+    still: torch.Tensor
+    forward: torch.Tensor
+    backward: torch.Tensor
+    x_adv: Optional[torch.Tensor] = None
+    nearness: Optional[torch.Tensor] = None
 
 
 @dataclass
 class Ladder:
-    """The per-sample state of one chunk's ladder: robust now, which rung broke it, passes per rung."""
+    """The per-sample state of one chunk's ladder: robust now, which rung broke it, passes per rung, the
+    worst-case point found (the breaking point; the clean image while robust), nearness to the boundary."""
 
     robust: torch.Tensor  # bool, top-1 correct under every rung so far (and clean)
     broken_by: List[str] = field(default_factory=list)  # rung id or "" per sample
     forward: Dict[str, torch.Tensor] = field(default_factory=dict)  # rung id -> forward images per sample
     backward: Dict[str, torch.Tensor] = field(default_factory=dict)
-    history: List[Dict[str, Any]] = field(default_factory=list)  # per rung: id, attacked, broke, full
+    history: List[Dict[str, Any]] = field(default_factory=list)  # per rung: id, attacked, broke, round, settings
+    worst: Optional[torch.Tensor] = None  # per sample: the worst-case point (CPU)
+    nearness: Optional[torch.Tensor] = None  # per sample: best margin loss seen (-inf: none)
     status: str = ""
     detail: str = ""
 
     def __post_init__(self) -> None:
         if not self.broken_by:
             self.broken_by = [""] * len(self.robust)
+        if self.nearness is None:
+            self.nearness = torch.full((len(self.robust),), float("-inf"))
 
     def charge(self, rung: str, idx: torch.Tensor, fwd: torch.Tensor, bwd: torch.Tensor) -> None:
         n = len(self.robust)
@@ -165,130 +216,103 @@ class Ladder:
             t = store.setdefault(rung, torch.zeros(n, dtype=torch.float64))
             t[idx.cpu()] += v.detach().double().cpu()
 
-    def record(self, rung: Rung, idx: torch.Tensor, still: torch.Tensor) -> int:
-        """Apply a rung's verdicts (``still``: top-1 correct after it, per attacked sample)."""
-        broke = idx[~still.to(idx.device)]
+    def record(self, rung: Rung, idx: torch.Tensor, res: RungResult) -> int:
+        """Apply a rung's verdicts (``res.still``: top-1 correct after it, per attacked sample)."""
+        idx = idx.cpu()
+        hit = ~res.still.cpu()
+        broke = idx[hit]
         for i in broke.tolist():
             self.broken_by[i] = rung.id
         self.robust[broke] = False
+        if self.worst is not None and res.x_adv is not None and len(broke):
+            self.worst[broke] = res.x_adv[hit.to(res.x_adv.device)].detach().to(self.worst.device, self.worst.dtype)
+        if res.nearness is not None and len(idx):
+            self.nearness[idx] = torch.maximum(self.nearness[idx], res.nearness.detach().float().cpu())
         self.history.append({"id": rung.id, "attacked": int(len(idx)), "broke": int(len(broke)),
-                             "full": rung.scope == "robust", "label": rung.attack})
+                             "full": rung.scope == "robust", "label": rung.attack, "round": rung.round,
+                             "family": rung.family, "scope": rung.scope, "settings": rung.describe()})
         return int(len(broke))
 
+    def near(self, share: float, least: int) -> torch.Tensor:
+        """Mask of the still-robust samples nearest the boundary: the ``share`` (at least ``least``) with the
+        highest nearness; ties and samples without a nearness keep sample order."""
+        rob = self.robust.nonzero().squeeze(1)
+        k = min(len(rob), max(int(least), math.ceil(share * len(rob))))
+        order = torch.sort(self.nearness[rob], descending=True, stable=True).indices
+        mask = torch.zeros_like(self.robust)
+        mask[rob[order[:k]]] = True
+        return mask
 
-RunAttack = Callable[[Rung, torch.Tensor], Tuple[torch.Tensor, torch.Tensor, torch.Tensor]]
+
+RunAttack = Callable[[Rung, torch.Tensor], RungResult]
 
 
-def climb(ladder: Ladder, spec: LadderSpec, eps: float, run: RunAttack, *, unstable: bool, flagged: torch.Tensor,
-          no_grad: torch.Tensor) -> Ladder:
-    """Run the rungs after rung 0 on ``ladder`` until the stop rule holds (see the module docstring).
+def climb(ladder: Ladder, spec: LadderSpec, eps: float, run: RunAttack, *, unstable: bool, no_grad: torch.Tensor,
+          batch_dependent: bool = False) -> Ladder:
+    """Run the rounds after rung 0 on ``ladder`` until the stop rule holds (see the module docstring).
 
-    ``run(rung, idx)``: (top-1 correct after the rung, forward, backward passes) for samples ``idx``."""
+    ``run(rung, idx)``: the rung's :class:`RungResult` for samples ``idx``."""
     n = len(ladder.robust)
     tol = spec.tolerance(n)
-    gradients_missing = int((no_grad & ladder.robust.to(no_grad.device)).sum()) > tol
-    rungs = planned_rungs(spec, eps, unstable, bool((flagged & ladder.robust.to(flagged.device)).any()),
-                          bool(no_grad.any()))
-    losses_done: set = set()
-    free_done = False
-    last_full: Optional[Tuple[str, int]] = None
-    i = 0
-    escalated = False
-    while True:
-        if i == len(rungs):
-            if last_full is not None and last_full[1] > tol and not escalated and ladder.robust.any():
-                rungs.append(strong_all(spec, eps))
-                escalated = True
-            else:
-                break
-        rung = rungs[i]
-        i += 1
-        mask = ladder.robust.clone()
-        if rung.scope == "flagged":
-            mask &= flagged.cpu()
-        elif rung.scope == "no-gradient":
-            mask &= no_grad.cpu()
-        idx = mask.nonzero().squeeze(1)
-        if len(idx):
-            still, fwd, bwd = run(rung, idx)
-            ladder.charge(rung.id, idx, fwd, bwd)
-            broke = ladder.record(rung, idx, still)
-        else:
-            broke = ladder.record(rung, idx, torch.ones(0, dtype=torch.bool))
-        if rung.loss:
-            losses_done.add(rung.loss)
-        if rung.id in ("square", "spsa"):
-            free_done = rung.id == "spsa" or not no_grad.any()
-        if rung.scope != "robust":
-            continue
-        last_full = (rung.id, broke)
+    no_grad = no_grad.cpu()
+    gradients_missing = int((no_grad & ladder.robust).sum()) > tol
+    rounds: List[Tuple[int, int, set]] = []  # (round, broke, families that ran)
+    for r in range(1, spec.rounds + 1):
         if not ladder.robust.any():
             break
-        minimum = {"ce", "dlr"} <= losses_done and (free_done or not gradients_missing)
-        if minimum and broke <= tol:
+        scope = ladder.robust.clone() if r == 1 else ladder.near(spec.near_share, spec.near_min)
+        broke_round, families = 0, set()
+        for rung in planned_round(spec, eps, r, unstable, bool((no_grad & ladder.robust).any())):
+            mask = ladder.robust & (no_grad if rung.scope == "no-gradient" else scope)
+            idx = mask.nonzero().squeeze(1)
+            if len(idx):
+                res = run(rung, idx)
+                ladder.charge(rung.id, idx, res.forward, res.backward)
+                broke = ladder.record(rung, idx, res)
+            else:
+                broke = ladder.record(rung, idx, RungResult(torch.ones(0, dtype=torch.bool), torch.zeros(0),
+                                                            torch.zeros(0)))
+            broke_round += broke
+            if rung.family:
+                families.add(rung.family)
+        rounds.append((r, broke_round, families))
+        if broke_round <= tol and families >= set(FAMILIES):
             break
-    ladder.status, ladder.detail = verdict(ladder, tol, last_full, gradients_missing, int(no_grad.sum()))
+    ladder.status, ladder.detail = verdict(ladder, spec, tol, rounds, gradients_missing, int(no_grad.sum()),
+                                           batch_dependent)
     return ladder
 
 
-def verdict(ladder: Ladder, tol: int, last_full: Optional[Tuple[str, int]], gradients_missing: bool,
-            n_no_grad: int) -> Tuple[str, str]:
+def verdict(ladder: Ladder, spec: LadderSpec, tol: int, rounds: List[Tuple[int, int, set]], gradients_missing: bool,
+            n_no_grad: int, batch_dependent: bool = False) -> Tuple[str, str]:
     """(status, one-line detail) of a finished ladder."""
     if gradients_missing:
         return UPPER_BOUND, (f"input gradients are zero or not finite for both CE and DLR losses on {n_no_grad} "
                              f"sample(s); only gradient-free rungs could attack them, so the robust accuracy is only an "
                              f"upper bound")
-    if last_full is None:
-        return NOT_CONVERGED, "no full rung ran"
-    rid, broke = last_full
-    if not ladder.robust.any():  # nothing left for a further rung to break
-        return CONVERGED, "no sample is left robust" + (f" (the last, {rid}, broke {broke})" if broke else "")
-    if broke <= tol:
-        return CONVERGED, f"the last full rung ({rid}) broke {broke} sample(s) (tolerance {tol})"
-    return NOT_CONVERGED, f"the last rung ({rid}) still broke {broke} sample(s) (tolerance {tol})"
+    if batch_dependent:
+        return BATCH_DEPENDENT, ("the model's outputs for a sample change with the other samples in its batch (a "
+                                 "batch-level statistic, or BatchNorm left in training mode), so a verdict scored in one "
+                                 "batch need not hold in another: no robust accuracy can be called converged")
+    if not rounds:
+        if not ladder.robust.any():
+            return _reduced(spec, CONVERGED), "no sample is left robust after your attack"
+        return NOT_CONVERGED, "no round ran"
+    r, broke, families = rounds[-1]
+    if not ladder.robust.any():
+        return _reduced(spec, CONVERGED), (f"no sample is left robust (round {r} broke the last {broke})" if broke else
+                                           "no sample is left robust")
+    if broke <= tol and families >= set(FAMILIES):
+        status = _reduced(spec, CONVERGED)
+        return status, (f"round {r} ({'every still-robust sample' if r == 1 else 'the nearest still-robust samples'}"
+                        f": APGD-CE, ranked APGD-T, FAB-T, Square) broke {broke} sample(s) (tolerance {tol})")
+    return NOT_CONVERGED, (f"round {r}, the last ({spec.rounds} allowed), still broke {broke} sample(s) (tolerance "
+                           f"{tol}): raise --converge-opt rounds, or report the number as an upper bound")
 
 
-def dlr_losses(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """Per sample -(z_y - max_{j != y} z_j) / (z_(1) - z_(3)): the DLR loss, invariant to shifting and
-    scaling the logits (Croce & Hein 2020), higher = more adversarial."""
-    z = logits.float()
-    top = z.sort(1, descending=True).values
-    z_y = z.gather(1, y[:, None]).squeeze(1)
-    other = z.masked_fill(F.one_hot(y, z.shape[1]).bool(), float("-inf")).amax(1)
-    third = top[:, min(2, z.shape[1] - 1)]
-    return -(z_y - other) / (top[:, 0] - third + 1e-12)
-
-
-def gradients_unavailable(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """Per sample: are the input gradients of both the CE and the DLR loss zero or not finite at x?
-    One forward and two backward passes. CE alone would call a model with scaled-up logits gradient-free."""
-    x = x.detach().clone().requires_grad_(True)
-    with torch.enable_grad():
-        logits = model(x).float()
-        (g_ce,) = torch.autograd.grad(F.cross_entropy(logits, y, reduction="none").sum(), x, retain_graph=True,
-                                      allow_unused=True)
-        (g_dlr,) = torch.autograd.grad(dlr_losses(logits, y).sum(), x, allow_unused=True)
-
-    def bad(g: Optional[torch.Tensor]) -> torch.Tensor:
-        if g is None:
-            return torch.ones(len(x), dtype=torch.bool, device=x.device)
-        g = g.flatten(1)
-        return ~(g.abs().amax(1) > 0) | ~torch.isfinite(g).all(1)
-
-    return bad(g_ce) & bad(g_dlr)
-
-
-def predictions_unstable(model: torch.nn.Module, x: torch.Tensor, logits: torch.Tensor, rtol: float,
-                         draws: int = 2) -> bool:
-    """Do repeated clean forward passes disagree (argmax, or logits beyond ``rtol`` of their scale)?
-    A randomised model (dropout left on, random transforms) needs expectation over transformation."""
-    scale = float(logits.abs().max()) + 1e-12
-    with torch.no_grad():
-        for _ in range(draws):
-            again = model(x).float()
-            if (again.argmax(1) != logits.argmax(1)).any() or float((again - logits).abs().max()) > rtol * scale:
-                return True
-    return False
+def _reduced(spec: LadderSpec, status: str) -> str:
+    cut = spec.reductions()
+    return f"{REDUCED} ({', '.join(cut)})" if cut and status == CONVERGED else status
 
 
 Check = Callable[[torch.Tensor, str], None]
@@ -307,13 +331,13 @@ def finite_or_stop(rung: Rung) -> Check:
 
 def run_rung(rung: Rung, model: torch.nn.Module, verdict_model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor,
              generator: torch.Generator, batch_size: int, trace: bool = False, check: Optional[Check] = None
-             ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Run ``rung``'s attack on (x, y) in batches: (top-1 correct after it, forward, backward passes),
-    the verdict pass included in the forward count. ``check(tensor, stage)`` sees every adversarial batch
-    ("attack") and its logits ("verdict"), and raises on NaN/inf (default: :func:`finite_or_stop`)."""
+             ) -> RungResult:
+    """Run ``rung``'s attack on (x, y) in batches: its :class:`RungResult`, the verdict pass included in the
+    forward count. ``check(tensor, stage)`` sees every adversarial batch ("attack") and its logits ("verdict"),
+    and raises on NaN/inf (default: :func:`finite_or_stop`)."""
     check = check or finite_or_stop(rung)
     attack = make_attack(rung.attack, **rung.params)
-    still, fwd, bwd = [], [], []
+    still, fwd, bwd, adv, near = [], [], [], [], []
     for s in range(0, len(x), max(1, batch_size)):
         xb, yb = x[s:s + batch_size], y[s:s + batch_size]
         x_adv = attack(model, xb, yb, bounds=(0.0, 1.0), generator=generator, trace=trace)
@@ -322,8 +346,11 @@ def run_rung(rung: Rung, model: torch.nn.Module, verdict_model: torch.nn.Module,
             logits = verdict_model(x_adv).float()
         check(logits, "verdict")
         still.append(logits.argmax(1) == yb)
+        adv.append(x_adv.detach())
         tel = attack.telemetry
         zeros = torch.zeros(len(xb), device=xb.device)
         fwd.append((tel.forward if tel is not None else zeros) + 1)
         bwd.append(tel.backward if tel is not None else zeros)
-    return torch.cat(still), torch.cat(fwd), torch.cat(bwd)
+        best = getattr(attack, "stats", {}).get("best_loss")
+        near.append(best if best is not None else torch.full((len(xb),), float("-inf"), device=xb.device))
+    return RungResult(torch.cat(still), torch.cat(fwd), torch.cat(bwd), torch.cat(adv), torch.cat(near))

@@ -24,7 +24,7 @@ INDICATORS = ("silent_success", "incomplete_optimization", "unconstrained_failur
               "unstable_predictions", "transfer_failure")
 UNCONSTRAINED = "unconstrained"  # the ``condition`` of the unbounded run --indicators adds
 UNCONSTRAINED_EPS = {"linf": 1.0, "l2": 1000.0, "l1": 100000.0}  # pixel units: the whole [0, 1] box and beyond
-LIBRARY_ATTACKS = ("square", "autoattack", "apgd_ce", "apgd_t", "fab_t", "apgd_eot", "apgd_strong")  # their loops are the library's: no iterates
+LIBRARY_ATTACKS = ("square", "autoattack", "apgd_ce", "apgd_t", "apgd_ranked", "fab_t", "apgd_eot", "apgd_strong")  # their loops are the library's: no iterates
 
 GRAD_ZERO_SHARE = 0.5  # unavailable gradients: zero/non-finite input gradient at more than half the iterates
 TREND_WINDOW = 0.1  # incomplete optimisation: the last 10% of the iterates (at least one) ...

@@ -11,7 +11,7 @@ gradients unavailable``; the worst over its chunks) and ``status_detail``.
 """
 from __future__ import annotations
 
-from typing import Dict, List, Optional
+from typing import Any, Dict, List, Optional
 
 import numpy as np
 import pandas as pd
@@ -21,14 +21,34 @@ from . import summarizers
 from .accuracy import ID_COLUMNS, accuracy_rows, concat_rows
 
 CONVERGED, NOT_CONVERGED, UPPER_BOUND = "converged", "not converged", "upper bound: gradients unavailable"
-STATUSES = (CONVERGED, NOT_CONVERGED, UPPER_BOUND)
-# the rungs in the order every ladder runs them ("probe": the passes of the instability/gradient probes)
-RUNG_ORDER = ("user", "probe", "eot-ce", "eot-dlr", "apgd-ce", "apgd-t", "strong-flagged", "fab-t", "square", "spsa",
-              "strong-all")
+BATCH_DEPENDENT = "not converged: outputs depend on the batch"
+REDUCED = "converged (reduced ladder"  # + ": settings below the defaults)": a weaker ladder says so in its status
+STATUSES = (CONVERGED, NOT_CONVERGED, UPPER_BOUND, BATCH_DEPENDENT)
+MAX_ROUNDS = 9  # rung ids of later rounds carry "@r"; the order below lists them up to this round
+ROUND_RUNGS = ("apgd-ce", "apgd-t", "fab-t", "square")
+
+
+def rung_id(base: str, r: int) -> str:
+    """The id of ``base`` in round ``r``: ``apgd-t`` in round 1, ``apgd-t@2`` in round 2."""
+    return base if r == 1 else f"{base}@{r}"
+
+
+# the rungs in the order every ladder runs them ("probe": the passes of the instability/batch/gradient probes);
+# "strong-flagged"/"strong-all": rungs of ladders recorded before the rounds existed (read back, never run)
+RUNG_ORDER = (("user", "probe", "eot-ce", "eot-dlr", "apgd-ce", "strong-flagged", "apgd-t", "fab-t", "square",
+               "spsa", "strong-all")
+              + tuple(rung_id(b, r) for r in range(2, MAX_ROUNDS + 1) for b in ROUND_RUNGS))
 RUNG_LABELS = {"user": "your attack", "eot-ce": "APGD-CE + EOT", "eot-dlr": "APGD-DLR + EOT", "apgd-ce": "APGD-CE",
-               "strong-flagged": "APGD-CE strong (flagged)", "apgd-t": "APGD-T", "fab-t": "FAB-T", "square": "Square",
-               "spsa": "SPSA (no-gradient samples)", "strong-all": "APGD-DLR strong"}
+               "strong-flagged": "APGD-CE strong (flagged)", "apgd-t": "APGD-T (ranked)", "fab-t": "FAB-T",
+               "square": "Square", "spsa": "SPSA (no-gradient samples)", "strong-all": "APGD-DLR strong"}
+RUNG_LABELS.update({rung_id(b, r): f"{RUNG_LABELS[b]}, round {r} (nearest)" for r in range(2, MAX_ROUNDS + 1)
+                    for b in ROUND_RUNGS})
 CONVERGE_METRICS = ("rung_top1", "converge_gap", "converge_passes_forward", "converge_passes_backward")
+
+
+def is_converged(status: str) -> bool:
+    """Only the full ladder's ``converged`` is; a reduced ladder's ``converged (reduced ladder: ...)`` is not."""
+    return str(status) == CONVERGED
 
 
 NOT_FULL = ("user", "strong-flagged", "spsa")  # rungs that attack a subset (or are rung 0): not the stop rule's
@@ -52,25 +72,32 @@ def condition_tolerance(g: pd.DataFrame) -> Optional[int]:
 
 
 def last_full_breaks(g: pd.DataFrame) -> int:
-    """Samples the last full rung of each work unit still broke, summed over the condition's units (0 for a unit
-    with no sample left robust: no further rung could break one there)."""
+    """Samples the last round of each work unit still broke (ladders recorded before rounds existed: their last
+    full rung), summed over the condition's units (0 for a unit with no sample left robust: no further rung
+    could break one there)."""
     total = 0
     for _, u in _units(g).iterrows():
         rows = g[g["unit"] == u["unit"]] if "unit" in g.columns else g
         if not rows["correct_top1"].astype(bool).any():
             continue
-        pairs = [(r, int(b)) for r, b in zip(str(u["converge_rungs"]).split(","), str(u["converge_broke"]).split(","))
-                 if r and r not in NOT_FULL]
+        ids, broke = str(u["converge_rungs"]).split(","), str(u["converge_broke"]).split(",")
+        rounds = str(u.get("converge_rounds", "") if hasattr(u, "get") else "").split(",")
+        if len(rounds) == len(ids) and all(r.strip().isdigit() for r in rounds):
+            last = max(int(r) for r, i in zip(rounds, ids) if i != "user") if len(ids) > 1 else 0
+            total += sum(int(b) for i, b, r in zip(ids, broke, rounds) if i != "user" and int(r) == last)
+            continue
+        pairs = [(r, int(b)) for r, b in zip(ids, broke) if r and r not in NOT_FULL]
         total += pairs[-1][1] if pairs else 0
     return total
 
 
 def condition_status(g: pd.DataFrame) -> str:
-    """The worst status over a condition's chunks (an upper bound anywhere makes the whole an upper bound), then
-    the stop rule for the whole condition: each work unit's ladder stops on its own tolerance, so many small units
-    could each leave a sample to their last rung; the condition is converged only if its last full rungs together
-    broke at most the condition's tolerance, and an upper bound if more of its robust samples than that had no
-    usable gradients."""
+    """The worst status over a condition's chunks (an upper bound anywhere makes the whole an upper bound, a
+    batch-dependent model anywhere makes it batch-dependent), then the stop rule for the whole condition: each work
+    unit's ladder stops on its own tolerance, so many small units could each leave a sample to their last round;
+    the condition is converged only if its units' last rounds together broke at most the condition's tolerance,
+    and an upper bound if more of its robust samples than that had no usable gradients. A reduced ladder's
+    ``converged (reduced ladder: ...)`` stays so."""
     got = set(g["converge_status"].astype(str))
     tol = condition_tolerance(g)
     if UPPER_BOUND in got:
@@ -79,11 +106,13 @@ def condition_status(g: pd.DataFrame) -> str:
         gradless = g["grad_unavailable"].fillna(False).astype(bool) & g["correct_top1"].astype(bool)
         if int(gradless.sum()) > tol:
             return UPPER_BOUND
-    if NOT_CONVERGED in got or got != {CONVERGED}:
+    if BATCH_DEPENDENT in got:
+        return BATCH_DEPENDENT
+    if len(got) != 1 or not (got <= {CONVERGED} or next(iter(got)).startswith(REDUCED)):
         return NOT_CONVERGED
     if tol is not None and last_full_breaks(g) > tol:
         return NOT_CONVERGED
-    return CONVERGED
+    return next(iter(got))
 
 
 def condition_detail(g: pd.DataFrame) -> str:
@@ -93,8 +122,9 @@ def condition_detail(g: pd.DataFrame) -> str:
     tol = condition_tolerance(g)
     if len(per_unit) == 1 or tol is None:
         return units
-    ok = int((per_unit["converge_status"].astype(str) == CONVERGED).sum())
-    return (f"{ok} of {len(per_unit)} work units converged; their last full rungs broke {last_full_breaks(g)} of "
+    st = per_unit["converge_status"].astype(str)
+    ok = int((st == CONVERGED).sum() + st.str.startswith(REDUCED).sum())
+    return (f"{ok} of {len(per_unit)} work units converged; their last rounds broke {last_full_breaks(g)} of "
             f"{len(g)} samples (tolerance {tol} for the condition); per unit: {units}")
 
 
@@ -110,7 +140,8 @@ def curve(g: pd.DataFrame) -> pd.DataFrame:
     pos = {r: i for i, r in enumerate(RUNG_ORDER)}
     clean = g["clean_correct_top1"].astype(bool)
     broken = g["broken_by"].fillna("").astype(str).map(lambda r: pos.get(r, -1) if r else 10 ** 6)
-    rows: List[Dict[str, float]] = []
+    settings = rung_settings(g)
+    rows: List[Dict[str, Any]] = []
     fwd = pd.Series(0.0, index=g.index)
     bwd = pd.Series(0.0, index=g.index)
     n = len(g)
@@ -123,8 +154,28 @@ def curve(g: pd.DataFrame) -> pd.DataFrame:
         lo, hi = wilson_interval(k, n)
         rows.append({"rung": r, "rung_index": len(rows), "rung_label": RUNG_LABELS.get(r, r), "value": 100.0 * k / n,
                      "n": n, "ci_low": 100.0 * lo, "ci_high": 100.0 * hi, "passes_forward_cum": float(fwd.mean()),
-                     "passes_backward_cum": float(bwd.mean())})
+                     "passes_backward_cum": float(bwd.mean()), "rung_settings": settings.get(r, ""),
+                     "rung_passes_forward": float(_passes(g, r, "fwd").mean()),
+                     "rung_passes_backward": float(_passes(g, r, "bwd").mean()),
+                     "rung_broke": int((g["broken_by"].fillna("").astype(str) == r).sum())})
     return pd.DataFrame(rows)
+
+
+def rung_settings(g: pd.DataFrame) -> Dict[str, str]:
+    """rung id -> the settings it ran with (the attack's label, e.g. ``APGD-T-100 (targets 1-2 of 9 ranked ...)``),
+    from the units' recorded history; empty for ladders recorded before the history was kept."""
+    import json
+
+    out: Dict[str, str] = {}
+    if "converge_history" not in g.columns:
+        return out
+    for js in g["converge_history"].dropna().astype(str).unique():
+        try:
+            for h in json.loads(js):
+                out.setdefault(str(h.get("id", "")), str(h.get("settings", "")))
+        except (ValueError, TypeError, AttributeError):
+            continue
+    return out
 
 
 @summarizers.register("converge")
@@ -173,10 +224,17 @@ def format_converge(summary: pd.DataFrame) -> str:
                               "95% CI": [f"[{lo:5.1f}, {hi:5.1f}]" for lo, hi in zip(c["ci_low"], c["ci_high"])],
                               "fwd/sample": c["passes_forward_cum"].map(lambda v: f"{v:8.1f}"),
                               "bwd/sample": c["passes_backward_cum"].map(lambda v: f"{v:8.1f}")})
+        if "rung_settings" in c.columns and c["rung_settings"].fillna("").astype(str).str.len().any():
+            table["settings"] = c["rung_settings"].fillna("").astype(str).to_list()
         gap = g[g["metric"] == "converge_gap"]["value"]
         status = str(top["status"])
         why = status.split(": ", 1)[1] if status.startswith("upper bound: ") else status
-        what = "converged robust top-1" if status == CONVERGED else f"robust top-1, an upper bound ({why}):"
+        if status == CONVERGED:
+            what = "converged robust top-1"
+        elif status.startswith(REDUCED):
+            what = "robust top-1 of a reduced ladder (settings below the defaults), an upper bound:"
+        else:
+            what = f"robust top-1, an upper bound ({why}):"
         head = (f"converge: {top.get('model', '')} eps {eps_text(float(top['eps']), 'linf')} "
                 f"(n={int(top['n'])}): {what} {top['value']:.2f}% [{top['ci_low']:.1f}, {top['ci_high']:.1f}]")
         line = f"status: {status}: {top['status_detail']}"

@@ -1,0 +1,119 @@
+"""APGD-T with its targets ranked by an estimate of the distance to each class boundary, L-inf.
+
+AutoAttack's APGD-T attacks the 9 classes with the highest logits after the true one, each for 100
+iterations, so on a robust sample it spends 900 gradient passes. The class whose boundary is nearest in
+the threat model's norm is usually among the first two or three of a better ranking: the linearised
+distance to the boundary between y and t, ``(z_y - z_t) / ||grad_x (z_y - z_t)||_1`` (the L1 norm is the
+dual of L-inf), which is the targeting idea of MALT (Melamed et al., NeurIPS 2024). Ranking costs one
+forward and ``pool`` backward passes per sample (one per candidate class, candidates = the ``pool``
+highest logits besides the true one), charged to the telemetry like the attack's own passes.
+
+``first`` picks where in the ranking the attack starts (1 = the nearest boundary), so a ladder can give
+the next ranked targets to a later round. Each target gets one APGD run of ``steps`` iterations of
+pyautoattack's ``APGDAttack_targeted`` (the authors' code: the targeted DLR loss, its step-size rule
+and checkpoints), only on the samples no earlier target broke. ``stats["best_loss"]`` keeps each sample's best targeted DLR
+loss over its targets (scale-free; > 0 once broken): how near the boundary it came.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Tuple
+
+import torch
+
+from .. import attacks
+from ._library import need_classes, quiet_logger, run_library
+from ..base import Attack, Bounds
+
+
+def rank_targets(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, pool: int) -> torch.Tensor:
+    """(n, k) candidate classes per sample, nearest linearised L-inf boundary first (k = min(pool, classes-1))."""
+    x = x.detach().clone().requires_grad_(True)
+    with torch.enable_grad():
+        logits = model(x).float()
+        k = max(1, min(int(pool), logits.shape[1] - 1))
+        others = logits.detach().scatter(1, y[:, None], float("-inf"))
+        cand = others.topk(k, dim=1).indices
+        z_y = logits.gather(1, y[:, None]).squeeze(1)
+        dist = torch.empty(len(x), k, device=x.device)
+        for j in range(k):
+            diff = z_y - logits.gather(1, cand[:, j:j + 1]).squeeze(1)
+            (g,) = torch.autograd.grad(diff.sum(), x, retain_graph=j < k - 1)
+            dist[:, j] = diff.detach() / (g.flatten(1).abs().sum(1) + 1e-12)
+    # a NaN distance (non-finite gradient) goes last, so a broken estimate never crowds out a real one
+    dist = torch.nan_to_num(dist, nan=float("inf"))
+    return cand.gather(1, dist.argsort(dim=1, stable=True))
+
+
+@attacks.register("apgd_ranked")
+@dataclass
+class APGDRanked(Attack):
+    name = "apgd_ranked"
+    norm = "linf"
+    loss_kind = "margin"
+
+    eps: float = 4 / 255
+    steps: int = 100
+    targets: int = 2
+    first: int = 1  # 1-based rank of the first target attacked
+    pool: int = 9  # candidate classes scored (the highest logits besides the true one)
+    rho: float = 0.75
+
+    label = "APGD-T (ranked targets)"
+
+    def describe(self) -> str:
+        which = f"targets {self.first}-{self.first + self.targets - 1}" if self.targets > 1 else f"target {self.first}"
+        return f"APGD-T-{self.steps} ({which} of {self.pool} ranked by boundary distance)"
+
+    def validate(self, loc: str = "") -> None:
+        super().validate(loc)
+        from ...errors import UserError
+
+        for name in ("targets", "first", "pool"):
+            if getattr(self, name) < 1:
+                raise UserError(f"{loc}attack 'apgd_ranked': {name} must be >= 1, got {getattr(self, name)}")
+        if self.first + self.targets - 1 > self.pool:
+            raise UserError(f"{loc}attack 'apgd_ranked': targets {self.first}..{self.first + self.targets - 1} go "
+                            f"beyond the {self.pool} ranked candidates; raise pool or lower first/targets")
+
+    def passes(self) -> Tuple[float, float]:
+        """The ranking (``pool`` backward passes) and one gradient pass per iteration and target."""
+        return 1.0, float(self.pool + self.steps * self.targets)
+
+    def perturb(self, model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, bounds: Bounds,
+                generator: torch.Generator) -> torch.Tensor:
+        from pyautoattack.autopgd_base import APGDAttack_targeted
+
+        need_classes(self, model, x, 4, "'apgd_ranked'")
+        first, targets, pool = self.first, self.targets, self.pool
+        best = torch.full((len(x),), float("-inf"), device=x.device)
+
+        def build(net: torch.nn.Module, eps: float, seed: int) -> APGDAttack_targeted:
+            return APGDAttack_targeted(net, n_iter=self.steps, norm="Linf", n_restarts=1, eps=eps, seed=seed,
+                                       rho=self.rho, n_target_classes=1, device=x.device, logger=quiet_logger())
+
+        def call(obj: APGDAttack_targeted, u: torch.Tensor, yy: torch.Tensor) -> torch.Tensor:
+            obj.init_hyperparam(u)
+            u = u.detach().float()
+            adv = u.clone()
+            with torch.no_grad():
+                robust = obj.model(u).argmax(1) == yy
+            order = rank_targets(obj.model, u, yy, pool)
+            torch.random.manual_seed(obj.seed)
+            for k in range(first - 1, min(first - 1 + targets, order.shape[1])):
+                idx = robust.nonzero().squeeze(1)
+                if not idx.numel():
+                    break
+                obj.y_target = order[idx, k]
+                _, acc, loss_k, adv_k = obj.attack_single_run(u[idx], yy[idx])
+                best[idx] = torch.maximum(best[idx], loss_k.detach().float().reshape(-1))
+                hit = (acc.reshape(-1) == 0).nonzero().squeeze(1)
+                robust[idx[hit]] = False
+                adv[idx[hit]] = adv_k[hit]
+            return adv
+
+        x_adv = run_library(self, model, x, y, bounds, generator, build, call)
+        # the best targeted DLR loss per sample (> 0: broken): how near the boundary the attack came, which a
+        # convergence ladder uses to pick the samples its later rounds attack
+        self.stats["best_loss"] = best
+        return x_adv

@@ -1,0 +1,167 @@
+"""The convergence ladder on models built to fool one attack family: gradients that point the wrong way (only
+the gradient-free search breaks it), outputs that depend on the batch, and the ranked-target APGD-T that the
+ladder's cost rests on (its ranking checked against the exact boundary distances of a linear model).
+
+The models are small MLPs on scikit-learn's 8x8 digits, so the default ladder runs in seconds on a CPU."""
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+import robustbench_pid as rbp
+from robustbench_pid.attacks import make_attack
+from robustbench_pid.attacks.autoattack.apgd_ranked import rank_targets
+from robustbench_pid.results.summaries.converge import BATCH_DEPENDENT, CONVERGED
+
+EPS = 0.1
+
+
+@pytest.fixture(scope="module")
+def digits8():
+    from sklearn.datasets import load_digits
+
+    d = load_digits()
+    return torch.tensor(d.images / 16.0, dtype=torch.float32)[:, None], torch.tensor(d.target)
+
+
+@pytest.fixture(scope="module")
+def plain(digits8):
+    x, y = digits8
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 10))
+    opt = torch.optim.Adam(net.parameters(), lr=1e-2)
+    for _ in range(150):
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(net(x[200:]), y[200:]).backward()
+        opt.step()
+    return net.eval()
+
+
+class _Flip(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):  # type: ignore[override]
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, g):  # type: ignore[override]
+        return -g
+
+
+class Flipped(torch.nn.Module):
+    """The plain model's forward pass; its input gradient is negated (non-zero and finite everywhere), so every
+    gradient attack walks away from the boundary while a gradient-free search is not misled."""
+
+    def __init__(self, net: torch.nn.Module) -> None:
+        super().__init__()
+        self.net = net
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(_Flip.apply(x))
+
+
+class BatchCentred(Flipped):
+    """Logits minus their batch mean: a sample's output depends on the other samples of its batch."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        z = self.net(x)
+        return z - z.mean(0, keepdim=True)
+
+
+def _ladder(model, digits8, tmp_path, name, n=64, **kw):
+    x, y = digits8
+    df = rbp.evaluate(model=model, data=(x[:n], y[:n]), attack="pgd", eps=EPS, steps=10, converge=True,
+                      out=tmp_path / name, name=name, mean=[0.0], std=[1.0], quiet=True, **kw)
+    rec = rbp.load_records(df.attrs["run_dir"])
+    row = df[(df["benchmark"] == "converge") & (df["metric"] == "top1")].iloc[0]
+    return row, rec[rec["benchmark"] == "converge"].reset_index(drop=True)
+
+
+def test_gradients_pointing_away_fool_the_gradient_rungs_but_not_the_ladder(plain, digits8, tmp_path):
+    """The default ladder breaks what a standalone gradient-free search breaks, or does not say converged."""
+    x, y = digits8
+    x, y = x[:64], y[:64]
+    model = Flipped(copy.deepcopy(plain)).eval()
+    assert torch.equal(model(x), plain(x))  # the same function
+    xg = x.clone().requires_grad_(True)
+    (g,) = torch.autograd.grad(torch.nn.functional.cross_entropy(model(xg), y), xg)
+    assert torch.isfinite(g).all() and (g.flatten(1).abs().amax(1) > 0).all()  # gradients exist: not "unavailable"
+    pgd = make_attack("apgd_ce", eps=EPS, steps=100)
+    with torch.no_grad():
+        clean = model(x).argmax(1) == y
+        by_grad = model(pgd(model, x, y, generator=torch.Generator().manual_seed(0))).argmax(1) == y
+    square = make_attack("square", eps=EPS, n_queries=5000)
+    with torch.no_grad():
+        by_search = model(square(model, x, y, generator=torch.Generator().manual_seed(0))).argmax(1) == y
+    broken_by_search = clean & ~by_search
+    assert int((clean & ~by_grad).sum()) < int(broken_by_search.sum()) - 5  # the gradient attack is fooled
+    row, rec = _ladder(model, digits8, tmp_path, "flipped")
+    robust = rec.set_index("sample_id")["correct_top1"].astype(bool)
+    missed = [str(i) for i in range(64) if broken_by_search[i] and robust[str(i)]]
+    assert not missed or row["status"] != CONVERGED, (missed, row["status"])
+    assert not rec["grad_unavailable"].any()
+    assert "square" in rec["converge_rungs"].iloc[0].split(",")  # the gradient-free search had its turn
+
+
+def test_a_model_whose_outputs_depend_on_the_batch_is_never_converged(plain, digits8, tmp_path):
+    row, rec = _ladder(BatchCentred(copy.deepcopy(plain)), digits8, tmp_path, "centred", n=32)
+    assert row["status"] == BATCH_DEPENDENT and "other samples in its batch" in row["status_detail"]
+    assert bool(rec["converge_batch_dependent"].iloc[0])
+    # the same network without the batch statistic: converged, and not flagged
+    row, rec = _ladder(copy.deepcopy(plain), digits8, tmp_path, "plain", n=32)
+    assert row["status"] == CONVERGED and not bool(rec["converge_batch_dependent"].iloc[0])
+
+
+def test_the_ranking_is_the_exact_boundary_distance_on_a_linear_model():
+    """For logits W x + b the linearised L-inf distance to the y/t boundary is exact: (z_y - z_t) / ||w_y - w_t||_1."""
+    torch.manual_seed(1)
+    lin = torch.nn.Linear(20, 10)
+    x = torch.rand(16, 20)
+    with torch.no_grad():
+        z = lin(x)
+    y = z.argmax(1)
+    order = rank_targets(lin, x, y, pool=9)
+    w = lin.weight.detach()
+    for i in range(len(x)):
+        others = [t for t in range(10) if t != int(y[i])]
+        d = {t: float((z[i, y[i]] - z[i, t]) / (w[y[i]] - w[t]).abs().sum()) for t in others}
+        assert order[i].tolist() == sorted(others, key=d.get)
+    assert rank_targets(lin, x, y, pool=3).shape == (16, 3)  # only the 3 highest logits are candidates
+
+
+def test_ranked_targets_break_what_the_logit_order_misses_at_the_same_cost(plain, digits8):
+    """On the MLP, the two nearest targets by boundary distance break at least as many samples as the two highest
+    logits (AutoAttack's order) with the same iterations, and the attack counts its ranking passes."""
+    x, y = digits8
+    x, y = x[:96], y[:96]
+    eps = 0.08
+    ranked = make_attack("apgd_ranked", eps=eps, steps=50, targets=2)
+    by_logit = make_attack("apgd_t", eps=eps, steps=50, targets=2)
+    with torch.no_grad():
+        r = plain(ranked(plain, x, y, generator=torch.Generator().manual_seed(0))).argmax(1) == y
+        t = plain(by_logit(plain, x, y, generator=torch.Generator().manual_seed(0))).argmax(1) == y
+    assert int(r.sum()) <= int(t.sum())
+    assert ranked.telemetry.backward.max() >= 9  # the 9 ranking passes are charged
+    best = ranked.stats["best_loss"]
+    with torch.no_grad():
+        clean = plain(x).argmax(1) == y
+    assert best.shape == (96,) and bool(torch.isfinite(best[clean]).all()) and bool(torch.isinf(best[~clean]).all())
+    assert not bool((r & (best > 0)).any())  # a target's margin crossed means the sample is broken
+
+
+def test_fab_t_later_targets_attack_the_next_classes_by_logit(plain, digits8):
+    x, y = digits8
+    x, y = x[:32], y[:32]
+    first = make_attack("fab_t", eps=EPS, steps=20, targets=1)
+    second = make_attack("fab_t", eps=EPS, steps=20, targets=1, first=2)
+    assert second.describe() == "FAB-T-20 (target 2 by logit)" and first.describe() == "FAB-T-20 (1 target)"
+    for a in (first, second):
+        x_adv = a(plain, x, y, generator=torch.Generator().manual_seed(0))
+        assert float((x_adv - x).abs().max()) <= EPS + 1e-6
+    both = make_attack("fab_t", eps=EPS, steps=20, targets=2)
+    with torch.no_grad():
+        one = plain(first(plain, x, y, generator=torch.Generator().manual_seed(0))).argmax(1) == y
+        two = plain(second(plain, x, y, generator=torch.Generator().manual_seed(0))).argmax(1) == y
+        pair = plain(both(plain, x, y, generator=torch.Generator().manual_seed(0))).argmax(1) == y
+    assert int((one & two).sum()) == int(pair.sum())  # targets 1 then 2 = the library's two-target loop
