@@ -53,7 +53,8 @@ def evaluate(model: ModelLike, attack: Union[None, str, Sequence[str]] = None, e
     """Run an evaluation and return its tidy results (values in percent, with 95% intervals).
 
     ``model``: a registered name (``"pid_deit"``, ``"timm:NAME"``) or any ``nn.Module`` mapping [0, 1]
-    images to logits (``mean=``/``std=`` wrap a normalisation in front; ``num_classes`` is inferred
+    images to logits (``mean=``/``std=``, one value per channel of the images, wrap a normalisation in front;
+    without them the images reach it as they are, any channel count; ``num_classes`` is inferred
     from one forward pass unless given; ``name`` labels it in records, default its class name). The
     module is deep-copied: your object keeps its device, mode, ``requires_grad`` and compilation.
     ``data``: a ``Dataset`` of (image, label), a ``DataLoader`` (its dataset, in index order, with its

@@ -198,15 +198,16 @@ def test_diagnostics_attached_and_error_finding_warned(tmp_path):
     ("detached", "output has no gradient with respect to its input"),
     ("integer", "returned torch.int64 outputs; it must return float logits"),
     ("meta", "has parameters on the meta device"),
-    ("mean_2", "normalisation (mean=/std=) has 2 values but the images have 3 channel(s)"),
+    ("mean_2", "mean=/std= have 2 value(s) but the images have 3 channel(s): give one value per channel of the "
+               "images (the normalisation the model was trained with), or leave mean=/std= out"),
     ("channels_last", "looks channels-last (H, W, C last); images must be (N, C, H, W) with the channels first: "
                       "pass x.permute(0, 3, 1, 2)"),
     ("uint8_numpy", "x is torch.uint8; images must be float tensors in [0, 1]: for 0..255 pixels pass x.float() / 255"),
     ("wrong_size", "the model failed on a batch of shape (2, 3, 4, 4)"),
     ("dataset_hwc", "data= item 0: the image has shape (8, 8, 3), which looks channels-last (H, W, C last); images "
                     "must be (C, H, W) with the channels first: pass image.permute(2, 0, 1)"),
-    ("registered_1_channel", "normalisation (mean=/std=) has 3 values but the images have 1 channel(s): give images "
-                             "with the model's channels (grayscale: x.repeat(1, 3, 1, 1))"),
+    ("registered_1_channel", "normalisation (mean=/std=) has 3 values but the images have 1 channel(s): model 'deit' "
+                             "takes 3-channel images; give it 3-channel images (grayscale to RGB: x.repeat(1, 3, 1, 1))"),
 ])
 def test_bad_model_outputs_and_inputs_one_error(case, says, tmp_path):
     x, y = _xy()
@@ -423,3 +424,71 @@ def test_a_model_that_breaks_its_output_after_the_probe_is_one_error(tmp_path, p
     assert set(ok["attack"]) == {"clean", "pgd"}
     with pytest.raises(UserError, match="returned tuple on forward call 3"):
         rbp.attack(Later("tuple"), x, y, "pgd", eps=2 / 255, steps=2)
+
+
+class Gray(nn.Module):
+    """A classifier of C-channel 8x8 images in [0, 1] (no normalisation of its own to wrap)."""
+
+    def __init__(self, channels: int = 1, classes: int = 5) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.fc = nn.Linear(channels * 8 * 8, classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(x.flatten(1))
+
+
+@pytest.mark.parametrize("channels", [1, 2, 4])
+def test_a_model_object_of_any_channel_count_runs_unnormalised_by_default(tmp_path, channels):
+    """Issue 44: a 1-channel model object was refused without mean=/std=; the default is no normalisation whatever the
+    channel count, so the run evaluates the model itself (its clean predictions are the model's own)."""
+    torch.manual_seed(1)
+    x, y = torch.rand(N, channels, 8, 8), torch.randint(0, 5, (N,))
+    net = Gray(channels)
+    df = _evaluate(tmp_path, model=net, data=(x, y), attack="pgd", eps="4/255", steps=2)
+    clean = df[(df["attack"] == "clean") & (df["metric"] == "top1")]["value"].item()
+    assert clean == pytest.approx(100 * (net(x).argmax(1) == y).float().mean().item())
+    info = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert info["model_config"]["mean"] == [] and info["model_config"]["std"] == []  # recorded: no normalisation
+    adv = rbp.attack(net, x, y, "pgd", eps=4 / 255, steps=2)
+    assert adv.shape == x.shape and float((adv - x).abs().max()) <= 4 / 255 + 1e-6
+    z = rbp.attack(net, x, y, "fgsm", eps=4 / 255, protocol="paper")  # the "normalised" tensor is the image itself
+    assert float((z - x).abs().max()) == pytest.approx(4 / 255, abs=1e-6)
+
+
+def test_mean_std_must_have_one_value_per_channel_of_the_data_and_the_fixes_named_work(tmp_path):
+    """mean=[0.5], std=[0.5] on 3-channel images was broadcast silently (another function than the model's); a
+    1-channel model given three values was told to repeat its images to 3 channels, which crashed in the model."""
+    x3, y = _xy()
+    with pytest.raises(UserError, match=r"mean=/std= have 1 value\(s\) but the images have 3 channel\(s\)"):
+        _evaluate(tmp_path, model=Linear(), data=(x3, y), mean=[0.5], std=[0.5])
+    with pytest.raises(UserError, match=r"mean=/std= have 1 value\(s\) but the images have 3 channel\(s\)"):
+        rbp.attack(Linear(), x3, y, "fgsm", eps=2 / 255, mean=[0.5], std=[0.5])
+    with pytest.raises(UserError, match="need one finite number per channel"):
+        _evaluate(tmp_path, model=Linear(), data=(x3, y), mean=[], std=[])
+    x1 = x3[:, :1]
+    with pytest.raises(UserError) as exc:
+        _evaluate(tmp_path, model=Gray(1), data=(x1, y), mean=[0.5] * 3, std=[0.5] * 3)
+    msg = str(exc.value)
+    assert "have 3 value(s) but the images have 1 channel(s)" in msg and "repeat" not in msg
+    assert "or leave mean=/std= out for a model that takes [0, 1] images as they are" in msg
+    assert not (tmp_path / "run").exists()
+    _evaluate(tmp_path / "a", model=Gray(1), data=(x1, y))  # the fix it names: leave them out
+    _evaluate(tmp_path / "b", model=Gray(1), data=(x1, y), mean=[0.5], std=[0.5])  # or one value per channel
+    # a registered 3-channel model given grayscale images: the repeat it names runs
+    deit, g = rbp.load_model("deit"), torch.rand(4, 1, 32, 32)
+    with pytest.raises(UserError, match=r"give it 3-channel images \(grayscale to RGB: x.repeat\(1, 3, 1, 1\)\)"):
+        _evaluate(tmp_path / "c", model=deit, data=(g, y[:4]))
+    _evaluate(tmp_path / "d", model=deit, data=(g.repeat(1, 3, 1, 1), y[:4]))
+
+
+def test_an_unnormalised_model_objects_identity_is_unchanged():
+    """The identity normalisation became one broadcast value; the content hash of a model object without
+    mean=/std= is what it was (three zeros and ones), so its run folders still resume."""
+    from robustbench_pid.models.wrapper import Normalized
+    from robustbench_pid.run.objects import state_sha256, wrap_model
+
+    net = Linear()
+    assert wrap_model(net).info["checkpoint_sha256"] == state_sha256(Normalized(net, [0.0] * 3, [1.0] * 3))
+    assert wrap_model(net, [0.0] * 3, [1.0] * 3).info["checkpoint_sha256"] == \
+        state_sha256(Normalized(net, [0.0] * 3, [1.0] * 3))

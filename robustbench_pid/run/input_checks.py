@@ -125,12 +125,16 @@ def probe_model(model: Any, images: torch.Tensor, device: torch.device, num_clas
     """
     info = getattr(model, "info", {}) or {}
     c = int(images.shape[1])
-    mean = info.get("mean") or []
-    if len(mean) not in (0, 1, c):
-        default = " (the default without mean=/std=: 3 channels)" if mean == [0.0] * 3 else ""
-        raise UserError(f"the model's normalisation (mean=/std=) has {len(mean)} values{default} but the images have "
-                        f"{c} channel(s): give images with the model's channels (grayscale: x.repeat(1, 3, 1, 1)), or "
-                        f"one mean/std value per channel, e.g. mean={[0.5] * c}, std={[0.5] * c}")
+    mean = info.get("mean") or []  # [] : no normalisation (a model object without mean=/std=)
+    if mean and len(mean) != c:
+        if info.get("mean_given"):  # the caller's mean=/std= (a model's own normalisation names its channels)
+            raise UserError(f"mean=/std= have {len(mean)} value(s) but the images have {c} channel(s): give one value "
+                            f"per channel of the images (the normalisation the model was trained with), or leave "
+                            f"mean=/std= out for a model that takes [0, 1] images as they are")
+        fix = " (grayscale to RGB: x.repeat(1, 3, 1, 1))" if (c, len(mean)) == (1, 3) else ""
+        raise UserError(f"the model's normalisation (mean=/std=) has {len(mean)} values but the images have {c} "
+                        f"channel(s): model {info.get('model')!r} takes {len(mean)}-channel images; give it "
+                        f"{len(mean)}-channel images{fix}, or a model built for {c}-channel ones")
     x = images.to(device).float()
     if need_grad:
         x.requires_grad_(True)

@@ -1,7 +1,8 @@
 """Model and data *objects* (not registered names) for ``rbp.evaluate`` / ``rbp.attack``.
 
 A model object is any ``nn.Module`` mapping [0, 1] images to logits (``mean=``/``std=`` wrap a
-normalisation in front, as ``load_model`` does). Its identity is a content hash of its state_dict
+normalisation in front, as ``load_model`` does, one value per channel of the images; without them there
+is none, whatever the channel count: a 1-channel model needs no made-up normalisation). Its identity is a content hash of its state_dict
 and its class name (recorded as ``checkpoint_sha256``), so resuming needs the same weights, not the
 same Python object, and a run folder never mixes two models. The caller's object is never touched:
 everything here works on a deep copy (device, train/eval mode, ``requires_grad``, compilation).
@@ -78,16 +79,19 @@ def wrap_model(obj: Any, mean: Optional[Sequence[float]] = None, std: Optional[S
         try:
             if isinstance(mean, str) or isinstance(std, str):
                 raise TypeError
-            c = 3 if mean is None else len(mean)
-            mean_l = [0.0] * c if mean is None else [float(v) for v in mean]
-            std_l = [1.0] * c if std is None else [float(v) for v in std]
+            # no mean=/std=: no normalisation, whatever the channel count (recorded as [], one value per channel
+            # otherwise: how many the data has is checked when it is seen, probe_model)
+            mean_l = [] if mean is None else [float(v) for v in mean]
+            std_l = [] if std is None else [float(v) for v in std]
         except (TypeError, ValueError):
             mean_l, std_l = [], [-1.0]
-        if len(std_l) != len(mean_l) or not all(math.isfinite(s) and s > 0 for s in std_l) or \
-                not all(math.isfinite(m) for m in mean_l):
-            raise UserError(f"mean= and std= need one finite number per channel (lists such as [0.485, 0.456, 0.406]) "
-                            f"and std > 0; got mean={mean!r} std={std!r}")
-        model = Normalized(net, mean_l, std_l)
+        if len(std_l) != len(mean_l) or (mean is not None and not mean_l) or \
+                not all(math.isfinite(s) and s > 0 for s in std_l) or not all(math.isfinite(m) for m in mean_l):
+            raise UserError(f"mean= and std= need one finite number per channel of the images (lists such as "
+                            f"[0.485, 0.456, 0.406]) and std > 0, or neither for a model that takes [0, 1] images as "
+                            f"they are; got mean={mean!r} std={std!r}")
+        # identity: one 0 / 1 that broadcasts over any number of channels ((x - 0) / 1 is x, bit for bit)
+        model = Normalized(net, mean_l or [0.0], std_l or [1.0])
         old, arch = {}, _class_name(src)
     model.eval()
     for p in model.parameters():
@@ -98,7 +102,7 @@ def wrap_model(obj: Any, mean: Optional[Sequence[float]] = None, std: Optional[S
     # its normalisation is not guessed: that is mean=/std=)
     cfg = dict(getattr(model.net, "pretrained_cfg", None) or {})
     if mean is None and not isinstance(src, Normalized) and cfg.get("mean") is not None and (
-            [float(v) for v in cfg["mean"]] != mean_l or [float(v) for v in cfg.get("std", std_l)] != std_l):
+            any(float(v) != 0.0 for v in cfg["mean"]) or any(float(v) != 1.0 for v in cfg.get("std", []))):
         warnings.warn(f"the model's timm config names mean={list(cfg['mean'])} std={list(cfg.get('std', []))}, but no "
                       f"mean=/std= was given: it gets [0, 1] pixels unnormalised; pass mean=/std= if it expects "
                       f"normalised input", stacklevel=3)
@@ -106,15 +110,24 @@ def wrap_model(obj: Any, mean: Optional[Sequence[float]] = None, std: Optional[S
         "model": name or (old.get("model") if old else None) or type(src).__name__,
         "arch": arch, "arch_kwargs": dict(old.get("arch_kwargs", {})),
         "num_classes": num_classes if num_classes is not None else old.get("num_classes"),
-        "mean": mean_l, "std": std_l, "input_size": old.get("input_size") or _list(cfg.get("input_size")),
+        "mean": mean_l, "std": std_l, "mean_given": mean is not None, "input_size": old.get("input_size") or _list(cfg.get("input_size")),
         "interpolation": old.get("interpolation") or cfg.get("interpolation"),
         "crop_pct": old.get("crop_pct") or cfg.get("crop_pct"),
         "crop_mode": old.get("crop_mode") or cfg.get("crop_mode") or "center",
         # the weights as they are now (a loaded model may have been fine-tuned since)
-        "checkpoint": f"object:{_class_name(src)}", "checkpoint_sha256": state_sha256(model),
+        "checkpoint": f"object:{_class_name(src)}", "checkpoint_sha256": _identity(model, mean is None and not
+                                                                                    isinstance(src, Normalized)),
         "loaded_from": old.get("checkpoint"), "strict": True, "load_problems": [],
     }
     return model
+
+
+def _identity(model: Normalized, unnormalised: bool) -> str:
+    """The object's content hash. Without mean=/std= it is hashed as it was before the identity normalisation
+    became one broadcast value (three zeros and ones then): the same weights keep their hash, and their run folders."""
+    if not unnormalised:
+        return state_sha256(model)
+    return state_sha256(Normalized(model.net, [0.0] * 3, [1.0] * 3))
 
 
 def _list(v: Any) -> Optional[List[Any]]:
