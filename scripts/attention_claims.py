@@ -54,7 +54,9 @@ def main() -> None:
     text = head + attention_markdown(df, n_boot=args.n_boot)
     print(text)
     if args.md:
-        args.md.write_text("# Inside the model under attack: digits DeiT vs PID DeiT (measured)\n\n" + text)
+        from robustbench_pid.results.files.outputs import write_text  # atomic: a link there is replaced, not followed
+
+        write_text(args.md, "# Inside the model under attack: digits DeiT vs PID DeiT (measured)\n\n" + text, "x.md")
         print(f"wrote {args.md}")
 
 

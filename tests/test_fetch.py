@@ -306,3 +306,15 @@ def test_a_malformed_url_is_one_error_line(tmp_path: Path, capsys) -> None:
     assert main(["fetch", "https://[::1/a.pth", "--sha256", "ab" * 4, "--to", str(tmp_path / "f")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "not a valid URL (Invalid IPv6 URL)" in err and not (tmp_path / "f").exists()
+
+
+@pytest.mark.parametrize("file", ["..", ".", "../x.pth", "/tmp/x.pth", ".hidden.pth"])
+def test_a_registry_file_name_that_names_another_place_is_refused(tmp_path, file):
+    """The registry's file name is joined to --checkpoint-dir / the cache: '..' passed the bare-name check
+    (Path('..').name == '..') and a download would have been renamed onto the parent folder."""
+    reg = tmp_path / "registry.toml"
+    reg.write_text(f'[x]\narchitecture = "deit_tiny_patch16_224"\nfile = "{file}"\n')
+    with pytest.raises(CheckpointError, match=r"\[x\] file must be a bare file name .*not starting with a dot"):
+        released.read_registry(reg)
+    reg.write_text('[x]\narchitecture = "deit_tiny_patch16_224"\nfile = "deit_tiny-a1311bcf.pth"\n')
+    assert released.read_registry(reg)["x"].file == "deit_tiny-a1311bcf.pth"

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
 from ..errors import CheckpointError
+from ..core.paths import SAFE_NAME
 from ..core.shipped import shipped_dir
 
 if sys.version_info >= (3, 11):
@@ -88,8 +89,10 @@ def _entry(name: str, raw: Any, where: Path) -> Release:
     urls = raw.get("urls", [])
     if isinstance(urls, str) or not all(isinstance(u, str) and u.startswith(("https://", "http://")) for u in urls):
         raise CheckpointError(f"{where}: [{name}] urls must be a list of http(s) URLs")
-    if Path(raw["file"]).name != raw["file"]:
-        raise CheckpointError(f"{where}: [{name}] file must be a bare file name, not {raw['file']!r}")
+    if Path(raw["file"]).name != raw["file"] or raw["file"] in (".", "..") or not SAFE_NAME.fullmatch(raw["file"]):
+        # it names the download in --checkpoint-dir / the cache: "..", a path or a hidden name would land elsewhere
+        raise CheckpointError(f"{where}: [{name}] file must be a bare file name (letters, digits and . _ + = @ -, not "
+                              f"starting with a dot), not {raw['file']!r}")
     return Release(name=name, architecture=raw["architecture"], model=raw.get("model", raw["architecture"]),
                    file=raw["file"], urls=tuple(urls), page=raw.get("page", ""), sha256=sha, hash_prefix=prefix,
                    timm_hub=raw.get("timm_hub", ""), paper_table=raw.get("paper_table", ""),
