@@ -330,3 +330,18 @@ def test_a_value_that_is_no_number_is_one_error_line_naming_file_and_line(result
     assert err.startswith(f"error: {tmp_path / 'tidy.csv'}: line 3 (") and "is not a number" in err
     assert main(["table", str(tmp_path / "tidy.csv")]) == 2
     assert "is not a number" in capsys.readouterr().err
+
+
+def test_a_damaged_sidecar_is_one_error_line_and_removing_it_works(results, tmp_path, capsys):
+    """A baseline's per-sample sidecar that is not one (damaged, another file) was a pyarrow traceback."""
+    _, path, base = results
+    side = base.with_name("baseline.samples.parquet")
+    side.write_bytes(b"not parquet")
+    assert main(["check", str(path), "--baseline", str(base)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {side}: not the per-sample sidecar of {base}") and err.count("\n") == 1
+    pd.DataFrame({"x": [1]}).to_parquet(side)  # readable, but not verdicts
+    assert main(["check", str(path), "--baseline", str(base)]) == 2
+    assert "not the per-sample sidecar" in capsys.readouterr().err
+    side.unlink()  # the fix it names
+    assert main(["check", str(path), "--baseline", str(base)]) == 0

@@ -89,6 +89,22 @@ def sidecar(path: Union[str, Path]) -> Path:
 VERDICT_COLUMNS = ["model", "dataset", "attack", "eps", "settings_id", "sample_id", "correct_top1", "correct_top5"]
 
 
+def read_sidecar(baseline: Union[str, Path]) -> Optional[pd.DataFrame]:
+    """The per-sample verdicts beside ``baseline`` (None when there are none); a damaged or foreign file there is
+    one UserError (it was a pyarrow traceback, or a KeyError once samples changed)."""
+    side = sidecar(baseline)
+    if not side.is_file():
+        return None
+    try:
+        v = pd.read_parquet(side)
+    except Exception:  # noqa: BLE001 - any unreadable file: the same answer
+        v = None
+    if v is None or list(v.columns[:len(VERDICT_COLUMNS)]) != VERDICT_COLUMNS:
+        raise UserError(f"{side}: not the per-sample sidecar of {baseline} (damaged, or another file); remove it "
+                        f"(check then compares without per-sample verdicts) or rewrite both with --update")
+    return v
+
+
 def check_update_target(path: Union[str, Path]) -> None:
     """``check --update`` writes only a baseline and its own sidecar: never into a run folder (its
     summary.csv is the run's, checksummed in its run.json), never over a file that is not a

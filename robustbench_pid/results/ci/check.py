@@ -39,8 +39,8 @@ from typing import Any, Dict, List, Optional, Sequence, Union
 
 import pandas as pd
 
-from .baseline import (BASELINE_COLUMNS, CHECK_KEY, ENVIRONMENT, check_update_target, normalize, read_baseline, sidecar,
-                       write_baseline)
+from .baseline import (BASELINE_COLUMNS, CHECK_KEY, ENVIRONMENT, check_update_target, normalize, read_baseline,
+                       read_sidecar, sidecar, write_baseline)  # noqa: F401 (sidecar: part of this interface)
 from .compare import compare, lower_is_better  # noqa: F401  (lower_is_better: part of this module's interface)
 from ...errors import UserError
 from ..inputs import as_inputs
@@ -204,8 +204,7 @@ def check(results: Any, baseline: Union[str, Path], tolerance: float = 0.0,
     v_old, v_new = _one(base["versions"]), _one(cur["versions"])
     if v_old and v_new and v_old != v_new:
         notes.append(f"library versions differ: baseline {v_old}; results {v_new}")
-    side = sidecar(baseline)
-    base_v = pd.read_parquet(side) if side.is_file() else None
+    base_v = read_sidecar(baseline)
     rows = compare(cur, base, tolerance=tolerance, significant=significant, base_verdicts=base_v, notes=notes)
     norms = cur.drop_duplicates("attack").set_index("attack")["norm"]  # how each attack's eps is written
     rows = rows.assign(norm=rows["attack"].map(norms).fillna("")) if len(rows) else rows.assign(norm="")
