@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from robustbench_pid.results.report.diagnostics import (Finding, check_black_box, check_eps_monotone, check_large_eps,
+from robustbench_pid.results.report.diagnostics import (Finding, check_black_box, check_eps_monotone, check_unbounded,
                                          check_pgd_vs_fgsm, check_zero_gradients, diagnose, format_findings)
 
 IDS = dict(run_id="r", model="m", checkpoint_sha256="abc", dataset="digits", protocol="standard",
@@ -45,10 +45,14 @@ def test_black_box_beats_white_box():
     assert all(f.code == "black-box-beats-white-box" for f in found)
 
 
-def test_large_eps_not_zero():
-    assert check_large_eps(tidy([("pgd", 0.5, 0.0), ("pgd", 0.01, 80)])) == []
-    (f,) = check_large_eps(tidy([("pgd", 0.5, 35.0), ("sld", 10.0, 50.0), ("noise", 0.5, 90.0)]))
-    assert f.code == "large-eps-not-zero" and f.attack == "pgd" and f.value == 35.0
+def test_an_unbounded_attack_that_leaves_samples_correct_is_not_working_and_eps_size_alone_says_nothing():
+    # an adversarially trained MNIST-style model keeps 88% at the field's standard eps 0.3: no finding from eps alone
+    assert check_unbounded(tidy([("pgd", 0.3, 88.0), ("pgd", 0.5, 35.0)])) == []
+    t = tidy([("pgd", 0.3, 88.0), ("pgd", 1.0, 0.0), ("square", 1.0, 12.5)])
+    t["condition"] = ["", "unconstrained", "unconstrained"]
+    (f,) = check_unbounded(t)
+    assert f.code == "unbounded-not-zero" and f.attack == "square" and f.value == 12.5
+    assert "whole pixel box" in f.message and "0%" in f.message
 
 
 def test_zero_gradients_need_records():
@@ -63,9 +67,11 @@ def test_diagnose_on_records_runs_every_check():
     r = pd.concat([records("clean", 0.0, [1] * 10, [None] * 10),
                    records("fgsm", 0.01, [1] * 5 + [0] * 5, [False] * 10),
                    records("pgd", 0.01, [1] * 8 + [0] * 2, [True] * 10),
-                   records("pgd", 0.5, [1] * 9 + [0], [False] * 10)], ignore_index=True)
+                   records("pgd", 0.5, [1] * 9 + [0], [False] * 10),
+                   records("pgd", 1.0, [1] * 3 + [0] * 7, [False] * 10).assign(condition="unconstrained")],
+                  ignore_index=True)
     codes = sorted(f.code for f in diagnose(r))
-    assert codes == ["eps-not-monotone", "large-eps-not-zero", "pgd-above-fgsm", "zero-gradients"]
+    assert codes == ["eps-not-monotone", "pgd-above-fgsm", "unbounded-not-zero", "zero-gradients"]
     assert all(isinstance(f, Finding) and f.model == "m" and f.protocol == "standard" for f in diagnose(r))
     text = format_findings(diagnose(r))
     assert text.count("\n") == 4 and "zero-gradients" in text
@@ -93,7 +99,6 @@ def test_checks_read_the_metadata_columns_not_the_attack_names():
     t["attack_label"], t["paper_eps"] = t["attack"].str.upper(), float("nan")
     found = check_black_box(t)
     assert [(f.attack, f.eps, f.value) for f in found] == [("bb", 0.1, 30.0)]  # not the L2 one, not noise
-    assert [(f.attack, f.eps) for f in check_large_eps(t)] == [("wb", 0.3)]
     assert [(f.attack, f.eps) for f in check_eps_monotone(t)] == [("wb", 0.3)]
 
 
