@@ -126,3 +126,11 @@ def test_table_eps_choice_given_twice_is_refused(tmp_path):
         _parse_eps_choice("pgd=4/255,pgd=2/255")
     with pytest.raises(UserError, match="the eps for every attack is given twice"):
         _parse_eps_choice("4/255,2/255")
+
+
+def test_a_settings_mapping_naming_one_key_twice_is_refused():
+    from robustbench_pid.run.spec_builder import key_values
+
+    assert key_values({"step-size": 1}, "--param") == {"step_size": 1}
+    with pytest.raises(UserError, match="--param: keys 'step-size', 'step_size' name one setting twice"):
+        key_values({"step-size": 1, "step_size": 2}, "--param")

@@ -161,3 +161,15 @@ def test_table1_cost_per_image_matches_the_scaling_plan():
     assert row_passes(s.row("spsa")) == (1 + 10242, 0)
     assert row_passes(s.row("pgd")) == (1 + 2, 20)
     assert row_passes(s.row("imagenet-c")) == (76, 0) and row_passes(s.row("imagenet-o")) == (1, 0)
+
+
+def test_two_column_names_that_become_one_folder_are_refused(tmp_path):
+    """A column's runs are filed under <model>@<column as a folder name>: "A/B" and "A-B" shared one entry folder,
+    so the second column's entry.json replaced the first's and its runs were read as the other column's."""
+    p = tmp_path / "mine.toml"
+    p.write_text(GOOD.replace('[[row]]', '[[column]]\nname = "A (x/y)"\nmodel = "deit"\n[[column]]\nname = '
+                              '"A (x-y)"\nmodel = "deit"\n[[row]]', 1).replace('published."A" = { top1 = 1.0 }\n', ''))
+    with pytest.raises(UserError, match=r"column names 'A \(x/y\)' and 'A \(x-y\)' become the same folder name "
+                                        r"'A-x-y'.*rename one of them"):
+        load_study(str(p))
+

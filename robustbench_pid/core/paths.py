@@ -31,3 +31,9 @@ def check_path_name(name: Any, field: str, example: str = "pgd-4") -> str:
         raise UserError(f"{field} {name!r} becomes a folder name, and {why}: use letters, digits and . _ + = @ - "
                         f"only, not starting with a dot, e.g. {example!r}")
     return name
+
+
+def slug(text: str) -> str:
+    """Free text (a study column's name, ``model@column``) as one folder name: every run of characters outside
+    ``[A-Za-z0-9_.@+-]`` becomes one ``-`` (column names such as "RPC (4iter/layer1)" hold separators)."""
+    return re.sub(r"[^A-Za-z0-9_.@+-]+", "-", text).strip("-")

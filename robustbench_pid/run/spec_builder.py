@@ -63,7 +63,12 @@ def key_values(items: KeyValues, flag: str, parse_json: bool = True) -> Dict[str
     if items is None:
         return {}
     if isinstance(items, Mapping):
-        return {str(k).replace("-", "_"): v for k, v in items.items()}
+        out_m = {str(k).replace("-", "_"): v for k, v in items.items()}
+        if len(out_m) < len(items):  # "step-size" and "step_size": one setting given twice
+            keys = sorted(str(k) for k in items)
+            raise UserError(f"{flag}: keys {', '.join(map(repr, keys))} name one setting twice (dashes are "
+                            f"underscores); give each once")
+        return out_m
     out: Dict[str, Any] = {}
     seen: Dict[str, str] = {}
     for kv in ([items] if isinstance(items, str) else items):

@@ -20,21 +20,16 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import re
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
+from ..core.paths import slug
 from ..errors import UserError
 from .spec import CONVERGED_DIR, STUDIES_DIR, Column, Row, Study, attack_settings, parse_study, study_names
 
 STUDY_FILE = "study.toml"
 ENTRY_FILE = "entry.json"
 RERUN = "run reproduce for that model again into this folder (it rewrites the file and keeps the finished rows)"
-
-
-def slug(text: str) -> str:
-    """``model@column`` as one folder name (no separators: column names such as "RPC (4iter/layer1)" hold them)."""
-    return re.sub(r"[^A-Za-z0-9_.@+-]+", "-", text).strip("-")
 
 
 def entry_dir_name(model: str, column: str) -> str:

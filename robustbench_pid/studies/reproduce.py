@@ -20,7 +20,8 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 from ..errors import UserError
 from ..results.files.run_files import atomic_write_bytes, now, read_json, write_json
 from ..run.one_config import check_spec_fits_folder
-from .folder import ENTRY_FILE, STUDY_FILE, sha256_text, slug
+from ..core.paths import slug
+from .folder import ENTRY_FILE, STUDY_FILE, sha256_text
 from .table import drop_study_table, is_study_folder, write_study_table
 from ..specs import RunSpec
 from .spec import CONVERGED_DIR, STUDIES_DIR, Column, Row, Study, attack_settings, load_study

@@ -45,7 +45,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-from ..core.paths import check_path_name
+from ..core.paths import check_path_name, slug
 from ..errors import UserError
 
 STUDIES_DIR = Path(__file__).resolve().parent  # the *.toml files beside this module
@@ -173,6 +173,13 @@ def _columns(data: Dict[str, Any], path: Path) -> List[Column]:
     dup = sorted({n for n in names if names.count(n) > 1})
     if dup:
         raise UserError(f"{path}: key 'column': duplicate column name(s) {', '.join(map(repr, dup))}")
+    folders: Dict[str, str] = {}
+    for n in names:  # a column's runs live in <model>@<slug of its name>: two names must not share that folder
+        other = folders.setdefault(slug(n), n)
+        if other != n:
+            raise UserError(f"{path}: key 'column': column names {other!r} and {n!r} become the same folder name "
+                            f"{slug(n)!r} (characters other than letters, digits and . _ @ + - turn into '-'); "
+                            f"rename one of them")
     return cols
 
 
