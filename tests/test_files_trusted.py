@@ -490,3 +490,17 @@ def test_attention_and_trace_files_are_checksummed_and_verified(tmp_path, capsys
     assert main(["merge", str(run)]) == 0
     assert {n: (run / n).read_bytes() for n in before} == before
     assert len(load_attention(run))
+
+
+@pytest.mark.parametrize("text", ["[]", '"complete"', '{"status": "comp', "\xff\xfe"])
+def test_a_run_json_that_is_no_object_is_one_error_line_and_rerunning_fixes_it(run_copy, capsys, text):
+    """A damaged or hand-edited run.json (a list, a string, torn) was an AttributeError/JSON traceback in every
+    reader; the fix the error names (the same command again) writes it again from the finished units."""
+    (run_copy / "run.json").write_text(text, encoding="latin-1")
+    for argv in (["table", str(run_copy)], ["check", str(run_copy), "--baseline", str(run_copy.parent / "b.csv"),
+                                            "--update"]):
+        assert main(argv) == 2
+        line = _one_error_line(capsys.readouterr().err)
+        assert f"{run_copy / 'run.json'} is damaged (not a JSON object" in line and "same --out" in line
+    assert evaluate_main(BASE + ["--out", str(run_copy)]) == 0
+    assert main(["table", str(run_copy)]) == 0

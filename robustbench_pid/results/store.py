@@ -185,7 +185,16 @@ def _tell_apart(root: Path, frames: List[pd.DataFrame], out: "LoadedRuns") -> No
 
 
 def load_run_info(run_dir: Union[str, Path]) -> dict:
-    return json.loads((Path(run_dir) / "run.json").read_text())
+    """A run's run.json as a dict; one that is not a JSON object (damaged, hand-edited) is one UserError."""
+    path = Path(run_dir) / "run.json"
+    try:
+        info = json.loads(path.read_text())
+    except (ValueError, UnicodeDecodeError):
+        info = None
+    if not isinstance(info, dict):
+        raise UserError(f"{path} is damaged (not a JSON object of run provenance); re-run the command that made the "
+                        f"run with the same --out (finished work units are reused and run.json is written again)")
+    return info
 
 
 def with_run_identity(records: pd.DataFrame, info: dict) -> pd.DataFrame:

@@ -151,11 +151,13 @@ def write_json(path: Path, obj: Dict[str, Any], durable: bool = False) -> None:
 
 
 def read_json(path: Path) -> Optional[Dict[str, Any]]:
-    """The JSON object in ``path``, or None if it is missing or unreadable (being written, or torn)."""
+    """The JSON object in ``path``, or None if it is missing or unreadable (being written, torn, or not an object:
+    a hand-edited list or string must not reach a reader's ``.get``)."""
     try:
-        return json.loads(path.read_text())
+        obj = json.loads(path.read_text())
     except (OSError, ValueError):
         return None
+    return obj if isinstance(obj, dict) else None
 
 
 def unit_done(units_dir: Path, key: str) -> bool:
