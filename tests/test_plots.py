@@ -95,3 +95,13 @@ def test_plot_cli(tidy, tmp_path, capsys):
     out = capsys.readouterr().out
     assert "eps_curves_top1.png" in out and (tmp_path / "plots" / "eps_curves_top1.png").stat().st_size > 5000
     assert not (tmp_path / "plots" / "eps_curves_top1.svg").exists()
+
+
+@pytest.mark.parametrize("formats", [["../x"], ["pdf"], []])
+def test_a_plot_format_outside_png_svg_is_one_error_before_any_file(tidy, tmp_path, formats):
+    """A format is the files' suffix: write_plots(formats=["../x"]) was a matplotlib traceback mid-write."""
+    from robustbench_pid.errors import UserError
+
+    with pytest.raises(UserError, match="plot format .*: choose from png, svg"):
+        write_plots(tidy, tmp_path / "p", formats=formats)
+    assert not (tmp_path / "p").exists()

@@ -331,7 +331,17 @@ def figures(data: Any, ce_baseline: Optional[str] = None) -> Tuple[Dict[str, Any
     return out, notes
 
 
+def check_formats(formats: Sequence[str]) -> List[str]:
+    """The figure formats asked for, each one of :data:`FORMATS` (a format is also the files' suffix)."""
+    fmts = [formats] if isinstance(formats, str) else list(formats)
+    bad = [f for f in fmts if f not in FORMATS]
+    if bad or not fmts:
+        raise UserError(f"plot format {bad[0] if bad else '(none)'!r}: choose from {', '.join(FORMATS)}")
+    return fmts
+
+
 def save_figure(fig: Any, out_dir: Union[str, Path], name: str, formats: Sequence[str] = FORMATS) -> List[Path]:
+    formats = check_formats(formats)
     d = output_dir(out_dir)
     d.mkdir(parents=True, exist_ok=True)
     paths = []
@@ -352,6 +362,7 @@ def figure_bytes(fig: Any, fmt: str = "svg") -> bytes:
 def write_plots(data: Any, out_dir: Union[str, Path], formats: Sequence[str] = FORMATS,
                 ce_baseline: Optional[str] = None) -> Tuple[List[Path], List[str]]:
     """Writes every available plot as PNG and SVG; returns the files and the skip notes."""
+    formats = check_formats(formats)
     output_dir(out_dir)  # a file where the folder goes: one error before any work (outputs.py)
     inp = as_inputs(data, ce_baseline=ce_baseline)
     figs, notes = figures(inp)
