@@ -134,3 +134,19 @@ def test_a_settings_mapping_naming_one_key_twice_is_refused():
     assert key_values({"step-size": 1}, "--param") == {"step_size": 1}
     with pytest.raises(UserError, match="--param: keys 'step-size', 'step_size' name one setting twice"):
         key_values({"step-size": 1, "step_size": 2}, "--param")
+
+
+@pytest.mark.parametrize("name", ["../../escape", "/tmp/escape_abs_api", "..", ".", "a\nb"])
+def test_a_model_name_or_dataset_name_that_is_a_path_stays_in_the_results_folder(tmp_path, monkeypatch, name):
+    """name= and dataset= label a model object and its data; in the default run folder's name they are one folder
+    name under results/ (separators and leading dots replaced), never a path elsewhere; the label stays as given."""
+    from pathlib import Path
+
+    monkeypatch.chdir(tmp_path)
+    x, y = torch.rand(4, 3, 4, 4), torch.tensor([0, 1, 2, 0])
+    net = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(48, 3))
+    df = rbp.evaluate(model=net, data=(x, y), name=name, dataset=name, device="cpu")
+    run = Path(df.attrs["run_dir"])
+    assert run.parent == tmp_path / "results" and not run.name.startswith(".")
+    assert set(df["model"]) == {name}
+    assert not Path("/tmp/escape_abs_api").exists() and sorted(p.name for p in tmp_path.iterdir()) == ["results"]
