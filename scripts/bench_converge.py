@@ -16,6 +16,7 @@ later rung of the ladder broke this sample".
 
     python scripts/bench_converge.py --models deit pid_deit --eps 4/255 --limit 48   # measure
     python scripts/bench_converge.py --models deit --eps 1/255 --chunk-size 120       # resumable in pieces
+    python scripts/bench_converge.py --models deit_at --eps 8/255 --phases autoattack reference  # the slow part
     python scripts/bench_converge.py --render                                         # the docs block
     python scripts/bench_converge.py --check                                          # exit 1 if the block is stale
 """
@@ -146,13 +147,18 @@ def _run_device(run_dir: Path) -> str:
     return (info.get("device_name") or "cuda") if str(info.get("device", "cpu")).startswith("cuda") else "CPU"
 
 
+PHASES = ("ladder", "autoattack", "reference")
+
+
 def measure(model: str, e: str, limit: int, out: Path, device: str = "cpu",
-            chunk_size: int = 0) -> Optional[pd.DataFrame]:
+            chunk_size: int = 0, phases=PHASES) -> Optional[pd.DataFrame]:
     """One cell: the ladder, then AutoAttack, then the reference, each timed per work unit on this device.
     ``chunk_size`` (0: the run's default, 512) cuts a new run into work units of that many samples, and the
     reference into blocks of that many, so a run killed part-way keeps what it finished (a finished run or
     reference is reused whatever its chunking). Several processes may run one cell: they share its units and
-    blocks, and ``None`` comes back to each one but the last, which writes the cell's bench row."""
+    blocks, and ``None`` comes back to each one but the last, which writes the cell's bench row. ``phases``
+    limits what runs (AutoAttack and the reference on a robust model are the hours; the ladder is minutes): the
+    bench row is written once all three exist."""
     import torch
 
     import robustbench_pid as rbp
@@ -163,24 +169,32 @@ def measure(model: str, e: str, limit: int, out: Path, device: str = "cpu",
 
     device, eps, cell = str(pick_device(device)), parse_eps(e), cell_dir(out, model, e)
     conv_dir, aa_dir = cell / "converge", cell / "autoattack"
-    for run_dir, kw in ((conv_dir, dict(attack="pgd", steps=20, converge=True)), (aa_dir, dict(attack="autoattack"))):
-        if not is_complete(run_dir):  # a finished run is reused as it is, from whichever device made it
+    for phase, run_dir, kw in (("ladder", conv_dir, dict(attack="pgd", steps=20, converge=True)),
+                               ("autoattack", aa_dir, dict(attack="autoattack"))):
+        if phase in phases and not is_complete(run_dir):  # a finished run is reused, from whichever device made it
             t = time.time()
             sizes = {"chunk_size": chunk_size} if chunk_size else {}
             rbp.evaluate(model=model, eps=[e], limit=limit, out=run_dir, device=device, **sizes, **kw)
             print(f"{model} {e}: {run_dir.name} run, wall {time.time() - t:.0f} s")
-    conv, aa = rbp.load_records(conv_dir), rbp.load_records(aa_dir)
-    c = conv[conv["benchmark"] == "converge"]
-    p = conv[conv["attack"] == "pgd"]
-    a = aa[aa["attack"] == "autoattack"]
     cached = cell / "reference.csv"
     ref = pd.read_csv(cached) if cached.is_file() else pd.DataFrame()
-    if len(ref) != limit:  # the reference is AutoAttack + extra attacks with fixed seeds: reused, not re-run
+    if "reference" in phases and len(ref) != limit and is_complete(aa_dir):
+        # the reference is AutoAttack + extra attacks with fixed seeds: reused, not re-run
+        aa = rbp.load_records(aa_dir)
+        a = aa[aa["attack"] == "autoattack"]
         ref = reference(model, a, eps, limit, device, block=chunk_size, parts=cell / "reference-parts")
         if ref is None:  # blocks held by another process, which writes the cell when it is done
             return None
         ref["seconds"], ref["block"] = ref.attrs["seconds"], chunk_size
         _write_csv(ref.sort_values("sample_id", kind="stable"), cached)  # the blocks stay: their seconds are evidence
+    done = dict(zip(PHASES, (is_complete(conv_dir), is_complete(aa_dir), len(ref) == limit)))
+    if not all(done.values()):
+        print(f"{model} {e}: {', '.join(k for k, v in done.items() if not v)} still to run; no bench row yet")
+        return None
+    conv, aa = rbp.load_records(conv_dir), rbp.load_records(aa_dir)
+    c = conv[conv["benchmark"] == "converge"]
+    p = conv[conv["attack"] == "pgd"]
+    a = aa[aa["attack"] == "autoattack"]
     s_conv = _unit_seconds(conv_dir, "converge", "converge", eps)
     s_aa = _unit_seconds(aa_dir, "adversarial", "autoattack", eps)
     made_on = {d: _run_device(d) for d in (conv_dir, aa_dir)}
@@ -227,6 +241,8 @@ def main(argv: List[str] = None) -> int:
     p.add_argument("--chunk-size", type=int, default=0,
                    help="samples per work unit of a run not yet made (0: the default, 512); smaller units "
                         "survive a killed run on a slow machine")
+    p.add_argument("--phases", nargs="+", choices=PHASES, default=list(PHASES),
+                   help="what to run of each cell (default: all three); the bench row is written once all exist")
     p.add_argument("--render", action="store_true", help="write the docs block from --out (no evaluation)")
     p.add_argument("--check", action="store_true", help="exit 1 if the docs block is not --render's output")
     args = p.parse_args(argv)
@@ -245,7 +261,7 @@ def main(argv: List[str] = None) -> int:
     torch.set_num_threads(1)
     for m in args.models:
         for e in (e.strip() for e in args.eps.split(",") if e.strip()):
-            df = measure(m, e, args.limit, args.out, args.device, args.chunk_size)
+            df = measure(m, e, args.limit, args.out, args.device, args.chunk_size, tuple(args.phases))
             if df is not None:
                 print(df.drop(columns=["rungs"]).to_string(index=False))
     return 0

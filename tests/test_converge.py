@@ -669,3 +669,23 @@ def test_cut_gradients_in_one_sample_units_are_still_an_upper_bound(plain, digit
     condition does, so it is not reported converged at the user's PGD value."""
     df, rec = converge(Cut(copy.deepcopy(plain)), digits8, tmp_path, "cut1", n=16, chunk_size=1)
     assert converged_row(df)["status"] == UPPER_BOUND and rec["grad_unavailable"].sum() > 1
+
+
+def test_the_ladder_savings_block_is_the_rendering_of_the_committed_measurements(tmp_path, monkeypatch):
+    """docs/attacks.md's per-rung savings (AutoAttack's setting against the ladder's on the same samples) come from
+    scripts/ladder_savings.py over docs/runs/savings; an edited number makes --check fail."""
+    import importlib.util
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    spec = importlib.util.spec_from_file_location("ladder_savings", root / "scripts" / "ladder_savings.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["ladder_savings"] = mod
+    spec.loader.exec_module(mod)
+    assert mod.main(["--check"]) == 0
+    text = mod.DOC.read_text()
+    body = text.split(mod.BEGIN, 1)[1].split(mod.END, 1)[0]
+    edited = tmp_path / "attacks.md"
+    edited.write_text(text.replace(body, body + "\n| an edited line |\n", 1))
+    monkeypatch.setattr(mod, "DOC", edited)
+    assert mod.main(["--check"]) == 1

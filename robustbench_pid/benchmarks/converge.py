@@ -13,6 +13,7 @@ stronger APGD rung. Standard protocol only: the ladder's rungs work in pixel spa
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import replace
 from typing import Any, Dict, Iterator, List, Tuple
 
@@ -20,6 +21,7 @@ import numpy as np
 import torch
 
 from ..attacks import make_attack
+from ..core.labels import eps_text
 from ..attacks.base import aligned_draws, still_correct
 from ..runtime.device import attack_precision
 from ..runtime.health import check_finite
@@ -30,6 +32,11 @@ from .ladder import PROBE, Ladder, LadderSpec, RungResult, climb, run_rung
 from .ladder_probes import batch_dependent, gradients_unavailable, predictions_unstable
 
 CONVERGE = "converge"
+
+
+def _clock(seconds: float) -> str:
+    s = int(round(seconds))
+    return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}" if s >= 3600 else f"{s // 60:02d}:{s % 60:02d}"
 META = {"attack_label": "Converged", "norm": "linf", "white_box": True, "worst_case": True, "paper_eps": float("nan")}
 
 
@@ -152,12 +159,22 @@ class Converge(Benchmark):
                 no_grad[idx] = gradients_unavailable(attacked, x[idx.to(x.device)], y[idx.to(x.device)]).cpu()
         ladder.charge(PROBE, rob, torch.ones(len(rob)), torch.full((len(rob),), 2.0))
         gen = ctx.generator(unit)
+        where = f"converge eps={eps_text(unit.eps, 'linf')} [{unit.start}:{unit.stop}]"
 
         def run(rung: Any, idx: torch.Tensor) -> RungResult:
             d = idx.to(x.device)
+            left = int(ladder.robust.sum())
+            t0 = time.time()
+
+            def report(done: int, total: int, broken: int) -> None:
+                rate = (time.time() - t0) / max(1, done)
+                ctx.note(f"{where} round {rung.round} {rung.id}: {done}/{total} attacked, {broken} broken "
+                         f"({left - broken} of {len(y)} robust), rung ETA {_clock(rate * (total - done))}")
+
+            report(0, len(idx), 0)
             with attack_precision(ctx.device, ctx.spec.precision):
                 return run_rung(rung, attacked, model, x[d], y[d], gen, bs,
-                                check=lambda t, stage: check_finite(t, ctx, unit, stage))
+                                check=lambda t, stage: check_finite(t, ctx, unit, stage), report=report)
 
         climb(ladder, spec, unit.eps, run, unstable=unstable, no_grad=no_grad, batch_dependent=dependent)
         return self._records(ladder, sids, x, y, clean, c1, rung0_robust, flagged, no_grad, unstable, dependent,

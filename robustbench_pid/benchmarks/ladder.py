@@ -330,11 +330,12 @@ def finite_or_stop(rung: Rung) -> Check:
 
 
 def run_rung(rung: Rung, model: torch.nn.Module, verdict_model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor,
-             generator: torch.Generator, batch_size: int, trace: bool = False, check: Optional[Check] = None
-             ) -> RungResult:
+             generator: torch.Generator, batch_size: int, trace: bool = False, check: Optional[Check] = None,
+             report: Optional[Callable[[int, int, int], None]] = None) -> RungResult:
     """Run ``rung``'s attack on (x, y) in batches: its :class:`RungResult`, the verdict pass included in the
     forward count. ``check(tensor, stage)`` sees every adversarial batch ("attack") and its logits ("verdict"),
-    and raises on NaN/inf (default: :func:`finite_or_stop`)."""
+    and raises on NaN/inf (default: :func:`finite_or_stop`); ``report(done, total, broken)`` hears after each batch
+    (the progress line)."""
     check = check or finite_or_stop(rung)
     attack = make_attack(rung.attack, **rung.params)
     still, fwd, bwd, adv, near = [], [], [], [], []
@@ -353,4 +354,6 @@ def run_rung(rung: Rung, model: torch.nn.Module, verdict_model: torch.nn.Module,
         bwd.append(tel.backward if tel is not None else zeros)
         best = getattr(attack, "stats", {}).get("best_loss")
         near.append(best if best is not None else torch.full((len(xb),), float("-inf"), device=xb.device))
+        if report is not None:
+            report(min(s + batch_size, len(x)), len(x), int(sum(int((~t).sum()) for t in still)))
     return RungResult(torch.cat(still), torch.cat(fwd), torch.cat(bwd), torch.cat(adv), torch.cat(near))

@@ -169,6 +169,20 @@ class Context:
         if self.progress is not None:
             self.progress.update(n)
 
+    def note(self, text: str) -> None:
+        """What the unit is doing now, on the progress bar's line (a long phase inside one unit, such as a ladder
+        rung, would otherwise sit silent behind a bar that no longer moves)."""
+        bar = self.progress
+        if bar is None or not hasattr(bar, "set_postfix_str"):
+            return
+        import time
+
+        bar.set_postfix_str(text, refresh=False)
+        now = time.time()  # redrawn at the bar's own pace (every 0.1 s on a terminal, 30 s in a log file)
+        if now - getattr(self, "_noted", 0.0) >= float(getattr(bar, "mininterval", 0.1) or 0.1):
+            self._noted = now
+            bar.refresh()
+
 
 HostBatch = Tuple[List[int], torch.Tensor, torch.Tensor]  # (dataset indices, images, labels) in host memory
 
