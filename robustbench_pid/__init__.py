@@ -18,6 +18,7 @@ _LAZY = {
     "load_dataset": "data",
     "load_records": "results.store",
     "load_attention": "results.report.attention",
+    "load_adversarial": "export.adversarial",
     "load_results": "results.store",
     "evaluate": "api",
     "attack": "api",

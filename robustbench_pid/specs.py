@@ -81,11 +81,13 @@ class RunSpec:
     agreement: int = 0
     # --converge: the convergence ladder's settings (benchmarks/ladder.py LadderSpec); None: off
     converge: Optional[Dict[str, Any]] = None
+    # --save-adv: every attack unit keeps its adversarial images (results/files/adversarial.py); in unit keys
+    save_adv: bool = False
 
     def as_dict(self) -> Dict[str, Any]:
         d = asdict(self)
         d["out"] = str(self.out) if self.out else None
-        for key in ("analyze", "indicators", "trace", "agreement", "converge"):
+        for key in ("analyze", "indicators", "trace", "agreement", "converge", "save_adv"):
             if not d[key] and not (key == "converge" and d[key] is not None):
                 del d[key]  # options left off: folders of runs without them keep their names
         return d

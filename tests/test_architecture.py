@@ -31,7 +31,7 @@ LAYERS: List[Tuple[str, Tuple[str, ...]]] = [
     ("L2 plug-ins and torch helpers", ("runtime", "hub", "data", "models", "loaders", "attacks", "probes")),
     ("L3 benchmarks: how a unit runs", ("benchmarks",)),
     ("L4 run machinery and training", ("run", "train")),
-    ("L5 what is built on runs: studies, doctor, the Python API", ("studies", "doctor", "api")),
+    ("L5 what is built on runs: studies, doctor, exports, the Python API", ("studies", "doctor", "export", "api")),
     ("L6 entry points", ("cli", "__main__", "__init__")),
 ]
 LAYER_OF: Dict[str, int] = {name: i for i, (_, names) in enumerate(LAYERS) for name in names}

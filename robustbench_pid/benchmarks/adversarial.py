@@ -51,11 +51,13 @@ import torch
 
 from ..attacks import make_attack
 from ..attacks.base import aligned_draws, still_correct
+from ..results.report.indicators import UNCONSTRAINED
 from ..runtime.device import attack_precision
 from ..runtime.health import check_finite
 from ..specs import Unit, chunks
 from . import Benchmark, Column, benchmarks
 from . import evidence
+from .adv_images import keep_adversarial
 
 
 def attack_settings(ctx: Any, spec: Any) -> dict:
@@ -204,6 +206,9 @@ class Adversarial(Benchmark):
         if attack.worst_case and not b.paper:
             a1, a5 = a1 & c1, a5 & c5
         delta = (b.x_adv - b.x).flatten(1)
+        if unit.condition != UNCONSTRAINED:  # --save-adv: the points these verdicts were given on
+            keep_adversarial(ctx, unit, b.sample_ids, b.x, b.x_adv, y, attack.norm, float(getattr(attack, "eps", 0.0)),
+                             logits=adv_logits)
         return {**rec, "pred": adv_logits.argmax(1), "correct_top1": a1, "correct_top5": a5, "attacked": b.attacked,
                 "grad_zero": b.grad_zero if attack.uses_gradients and b.grad_zero_known else None,
                 "pert_linf": delta.abs().amax(1), "pert_l2": delta.norm(dim=1), "pert_l1": delta.abs().sum(1),

@@ -30,6 +30,7 @@ from ..specs import Unit, chunks
 from . import Benchmark, Column, benchmarks
 from .ladder import PROBE, Ladder, LadderSpec, RungResult, climb, run_rung
 from .ladder_probes import batch_dependent, gradients_unavailable, predictions_unstable
+from .adv_images import keep_adversarial
 
 CONVERGE = "converge"
 
@@ -177,6 +178,7 @@ class Converge(Benchmark):
                                 check=lambda t, stage: check_finite(t, ctx, unit, stage), report=report)
 
         climb(ladder, spec, unit.eps, run, unstable=unstable, no_grad=no_grad, batch_dependent=dependent)
+        keep_adversarial(ctx, unit, sids, x, ladder.worst, y, "linf", unit.eps)  # --save-adv: each sample's worst case
         return self._records(ladder, sids, x, y, clean, c1, rung0_robust, flagged, no_grad, unstable, dependent,
                              spec, rung0)
 

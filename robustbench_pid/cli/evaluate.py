@@ -62,6 +62,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     b.add_argument("--analyze", action="append", default=[], metavar="NAME",
                    help="attention: per-layer metrics of the clean and attacked points (one extra forward pass per "
                         "sample and condition) into attention.parquet; see docs/benchmarks.md")
+    b.add_argument("--save-adv", action="store_true",
+                   help="keep every attacked sample's final adversarial image (--converge: its worst case) in "
+                        "adversarial/, sha256 in run.json; rbp.load_adversarial / `robustbench-pid export` read them")
     r = p.add_argument_group("running")
     r.add_argument("--out", help="run folder (default: results/<model>_<dataset>_<what>_<protocol>_<hash>)")
     r.add_argument("--batch-size", type=int, default=128, help="images per batch; 0 = largest that fits (GPU only)")

@@ -56,10 +56,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--converge-tol", metavar="SHARE", help="the ladder's stop share of a work unit's samples (default 0.001, at most 0.05), with --converge")
     p.add_argument("--converge-opt", action="append", default=[], metavar="KEY=VALUE",
                    help="other ladder settings, with --converge (benchmarks/ladder.py LadderSpec)")
+    p.add_argument("--save-adv", action="store_true",
+                   help="keep the adversarial images of every standard-protocol attack row (and of the --converge "
+                        "runs), as evaluate --save-adv does; rows without images are named")
 
 
 RUN_OPTIONS = ("checkpoint", "checkpoint_dir", "allow_pickle", "non_strict", "model_arg", "limit", "subset", "shard", "batch_size",
-               "chunk_size", "seed", "device", "precision", "workers", "quiet")
+               "chunk_size", "seed", "device", "precision", "workers", "quiet", "save_adv")
 
 
 def _checkpoints(args: argparse.Namespace) -> List[Tuple[str, Optional[str], Optional[str]]]:
@@ -121,6 +124,25 @@ def _check_weights(study_name: str, checkpoints: List[Tuple[str, Optional[str], 
                 raise UserError(f"{exc} (with --all-columns: --checkpoint {model}=PATH or '{col}=PATH')") from None
 
 
+def _save_adv_rows(args: argparse.Namespace, converge: bool) -> None:
+    """Which rows keep images under --save-adv (standard-protocol attack rows, and every --converge run); the
+    others are named, and a study where none would is refused."""
+    from ..studies.spec import load_study
+
+    study = load_study(args.study)
+    protocol = args.protocol or study.protocol
+    rows = [r for r in study.rows if not args.only or r.name in args.only]
+    keep = [r.name for r in rows if r.attack is not None and protocol == "standard"]
+    left = [r.name for r in rows if r.name not in keep]
+    if not keep and not converge:
+        raise UserError(f"--save-adv: no row of study {args.study!r} keeps images ({protocol} protocol"
+                        f"{'' if protocol == 'standard' else ': its perturbed tensors are not images'}); add "
+                        f"--protocol standard or --converge, or drop --save-adv")
+    if left and not args.quiet:
+        print(f"note: --save-adv: rows {', '.join(left)} keep no images (not attack rows, or the "
+              f"{protocol} protocol){'; their --converge runs do' if converge else ''}")
+
+
 def run(args: argparse.Namespace) -> int:
     from ..run.spec_builder import key_values
     from ..studies.reproduce import plan_study, reproduce
@@ -136,6 +158,8 @@ def run(args: argparse.Namespace) -> int:
         raise UserError("--converge-tol / --converge-opt set the convergence ladder; add --converge")
     checkpoints = _checkpoints(args)
     model_arg = key_values(args.model_arg, "--model-arg")
+    if args.save_adv:
+        _save_adv_rows(args, converge is not None)
     plans = [(plan_study(args.study, model, data_root=args.data_root, dataset_root=args.dataset_root, out=args.out,
                          as_column=col, protocol=args.protocol, only=args.only, skip=args.skip, model_arg=model_arg), ck)
              for model, col, ck in checkpoints]  # every column's plan checked before any runs

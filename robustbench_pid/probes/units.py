@@ -47,7 +47,7 @@ def probe_batches(ctx: Any, unit: Unit, batches: Iterable[Any]) -> Iterator[Any]
         empty = pd.DataFrame({"sample_id": pd.Series(dtype=str), "layer": pd.Series(dtype="int64"),
                               "metric": pd.Series(dtype=str), "value": pd.Series(dtype="float64"),
                               "moved": pd.Series(dtype=bool), "note": pd.Series(dtype=str)})
-        ctx.sidecars[unit.key] = {NAME: empty}  # every unit of the plan has its file (merge_sidecars)
+        ctx.sidecars.setdefault(unit.key, {})[NAME] = empty  # every unit of the plan has its file (merge_sidecars)
         return
     model, frames = ctx.model, []  # the eager model: the hooks live on its modules
     cache = _clean_cache(ctx, unit)
@@ -66,7 +66,7 @@ def probe_batches(ctx: Any, unit: Unit, batches: Iterable[Any]) -> Iterator[Any]
         frames.append(rows(list(map(str, b.sample_ids)), values, absent, moved.cpu().numpy()))
         yield b
     if frames:
-        ctx.sidecars[unit.key] = {NAME: pd.concat(frames, ignore_index=True)}
+        ctx.sidecars.setdefault(unit.key, {})[NAME] = pd.concat(frames, ignore_index=True)
 
 
 def check_model(ctx: Any) -> None:

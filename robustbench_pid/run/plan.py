@@ -28,6 +28,7 @@ def unit_key(ctx: Any, u: Unit) -> str:
         "seed": ctx.spec.seed, "batch_size": ctx.batch_size, "precision": ctx.spec.precision,
         "bench_opts": ctx.spec.benchmark_options,
         **({"analyze": sorted(ctx.spec.analyze)} if ctx.spec.analyze else {}),  # units then write more files
+        **({"save_adv": True} if getattr(ctx.spec, "save_adv", False) else {}),  # so do these (their images)
         **({"evidence": [ctx.spec.indicators, ctx.spec.trace, ctx.spec.agreement]}
            if ctx.spec.indicators or ctx.spec.trace or ctx.spec.agreement else {}),
         # data objects (rbp.evaluate(data=...)) are known by their content, not by a name

@@ -186,7 +186,8 @@ def build_spec(model: str, *, attack: Union[None, str, Sequence[str]] = None, ep
                dry_run: bool = False, calibration: Union[None, str, Sequence[float]] = None,
                analyze: Union[None, str, Sequence[str]] = None,
                indicators: bool = False, trace: bool = False, agreement: int = 0, converge: bool = False,
-               converge_tol: Union[None, float, str] = None, converge_opt: KeyValues = None) -> RunSpec:
+               converge_tol: Union[None, float, str] = None, converge_opt: KeyValues = None,
+               save_adv: bool = False) -> RunSpec:
     """The RunSpec for these settings (keywords = the ``evaluate`` flags with underscores; ``param``,
     ``model_arg`` and ``bench_opt`` take a mapping or KEY=VALUE strings).
 
@@ -198,14 +199,16 @@ def build_spec(model: str, *, attack: Union[None, str, Sequence[str]] = None, ep
     ``calibration``: "FWD,FB" images/s (or a pair) that price a ``dry_run`` plan for another device.
     ``analyze``: probes run on the attack's final points (``"attention"``: docs/benchmarks.md).
     ``converge``: the convergence ladder per eps (docs/attacks.md); ``converge_tol`` its stop share,
-    ``converge_opt`` its other settings (``benchmarks/ladder.py`` ``LadderSpec``)."""
+    ``converge_opt`` its other settings (``benchmarks/ladder.py`` ``LadderSpec``). ``save_adv``: keep every
+    attack unit's adversarial images (``results/files/adversarial.py``)."""
     from ..benchmarks import check_dataset
     from ..data import dataset_info
 
-    (allow_pickle, non_strict, skip_unreadable, compile, quiet, dry_run, indicators, trace), \
+    (allow_pickle, non_strict, skip_unreadable, compile, quiet, dry_run, indicators, trace, save_adv), \
         (batch_size, chunk_size, seed, workers, agreement, limit, subset, steps) = check_types(
             flags={"allow_pickle": allow_pickle, "non_strict": non_strict, "skip_unreadable": skip_unreadable,
-                   "compile": compile, "quiet": quiet, "dry_run": dry_run, "indicators": indicators, "trace": trace},
+                   "compile": compile, "quiet": quiet, "dry_run": dry_run, "indicators": indicators, "trace": trace,
+                   "save_adv": save_adv},
             whole={"batch_size": batch_size, "chunk_size": chunk_size, "seed": seed, "workers": workers,
                    "agreement": agreement, "limit": limit, "subset": subset, "steps": steps})
     if not isinstance(device, str):
@@ -237,6 +240,7 @@ def build_spec(model: str, *, attack: Union[None, str, Sequence[str]] = None, ep
     options: Dict[str, Any] = {benchmark.replace("-", "_"): bench_opts} if bench_opts else {}
     analyses = check_analyze(analyze, benchmark)
     ladder = check_converge(converge, converge_tol, converge_opt, benchmark, protocol, specs)
+    check_save_adv(save_adv, benchmark, protocol, specs)
     split, dataset_options = _dataset_request(dataset, split, data_root, imagenet_root, subset, skip_unreadable)
     if dataset_options:
         options["dataset"] = dataset_options
@@ -248,7 +252,7 @@ def build_spec(model: str, *, attack: Union[None, str, Sequence[str]] = None, ep
         seed=seed, device=device, precision=precision, compile=compile, num_workers=workers,
         out=Path(out) if out is not None else None, allow_pickle=allow_pickle, strict=not non_strict,
         shard=shard, quiet=quiet, arch_kwargs=arch_kwargs, analyze=analyses, indicators=bool(indicators),
-        trace=bool(trace), agreement=int(agreement), converge=ladder,
+        trace=bool(trace), agreement=int(agreement), converge=ladder, save_adv=save_adv,
     )
 
 
@@ -319,6 +323,18 @@ def check_converge(converge: Any, tol: Union[None, float, str], opt: KeyValues, 
         except (TypeError, ValueError):
             raise UserError(f"--converge-tol {tol!r}: expected a share such as 0.001 (= 0.1%)") from None
     return LadderSpec.from_options(options).as_dict()
+
+
+def check_save_adv(save_adv: bool, benchmark: str, protocol: str, specs: List[AttackSpec]) -> None:
+    """--save-adv keeps the images of attack conditions: it needs attacks, and images (the standard protocol)."""
+    if not save_adv:
+        return
+    if benchmark != "adversarial" or not specs:
+        raise UserError(f"--save-adv keeps the adversarial images of attacks; this run has none (benchmark "
+                        f"{benchmark!r}{'' if specs else ', no --attack/--suite'}): add --attack NAME or drop --save-adv")
+    if protocol != "standard":
+        raise UserError("--save-adv keeps images, and the paper protocol's perturbed tensors are none (normalised "
+                        "units, no clipping to [0, 1]): use --protocol standard or drop --save-adv")
 
 
 def check_analyze(analyze: Union[None, str, Sequence[str]], benchmark: str) -> List[str]:

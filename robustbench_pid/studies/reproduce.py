@@ -173,6 +173,8 @@ def row_spec(plan: StudyPlan, row: Row, **opts: Any) -> RunSpec:
     from ..run.spec_builder import build_spec
 
     model_arg = {**plan.column.model_args, **dict(opts.pop("model_arg", None) or {})}
+    if opts.get("save_adv") and (row.attack is None or plan.protocol != "standard"):
+        opts.pop("save_adv")  # --save-adv: images exist for standard-protocol attack rows only (docs/results.md)
     limit, subset = opts.pop("limit", None), opts.pop("subset", None)
     if row.dataset in LIMIT_AS_SUBSET and limit is not None and subset is None:
         limit, subset = None, limit

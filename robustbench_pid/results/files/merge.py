@@ -22,6 +22,7 @@ from .verify import EXTRA_FILES, FILES_KEY
 from .units import unit_from_dict, unit_label
 from ..store import summarize
 from .sidecars import merge_sidecars
+from .adversarial import RUN_KEY as ADV_KEY, collect as collect_images
 from .trace import split_trace
 from .run_files import (HOST, atomic_write_bytes, now, pid_alive, proc_start, read_json, run_lock, unit_done, write_json, write_parquet_atomic)
 from ...specs import Unit
@@ -147,6 +148,7 @@ def finalize_run(out: Path, expected_plan: Optional[str] = None) -> pd.DataFrame
         records = add_identity(records.assign(precision=str(plan["provenance"].get("precision") or "fp32")))
         summary = summarize(records)
         merge_sidecars(out, units, metas, records)  # e.g. attention.parquet (--analyze), before "complete"
+        images = collect_images(out, units, metas, bool((plan["provenance"].get("spec") or {}).get("save_adv")))
         shards = [mark_dead(s) for s in (read_json(p) for p in sorted((out / "shards").glob("*.json")))
                   if s and s.get("plan_hash") == plan["plan_hash"]]
         prov = dict(plan["provenance"])
@@ -173,6 +175,7 @@ def finalize_run(out: Path, expected_plan: Optional[str] = None) -> pd.DataFrame
             # what every reader verifies before trusting them (verify.py)
             FILES_KEY: {"records.parquet": records_sha, "summary.csv": sha256_bytes(summary_bytes),
                         **{n: sha256_bytes((out / n).read_bytes()) for n in EXTRA_FILES if (out / n).is_file()}},
+            **({ADV_KEY: images} if images is not None else {}),  # --save-adv: every image file, verified on read
             "finalized_by": {"host": HOST, "pid": os.getpid()}})
     return summary
 

@@ -6,7 +6,9 @@ done only when its extra files are in place, and every reader verifies them as i
 (``integrity``). Finalize concatenates them, in plan order, into ``<name>.parquet`` in the run folder
 with each row's condition identity (settings_id, setting, attack metadata) joined from the records by
 unit key. A run without the analysis has no such file (a stale one from an earlier plan is removed).
-Pandas only: ``merge`` never loads torch.
+``--save-adv`` images are a unit's extra file too, written the same way but as one safetensors file per
+unit in the run folder's ``adversarial/`` (``adversarial.py``: never concatenated). Pandas only: ``merge``
+never loads torch.
 """
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ import pandas as pd
 
 from ...errors import UserError
 from ...specs import Unit
+from .adversarial import SIDECAR as ADVERSARIAL, write_unit_images
 from .integrity import sha256_bytes
 from .run_files import write_parquet_atomic
 from .units import unit_label
@@ -40,8 +43,11 @@ def write_sidecars(units_dir: Path, key: str, frames: Mapping[str, pd.DataFrame]
         return {}
     digests = {}
     for name, df in frames.items():
+        if name == ADVERSARIAL:  # --save-adv: the unit's images, in the run folder's adversarial/ (adversarial.py)
+            digests[name] = write_unit_images(Path(units_dir).parent, key, df)
+            continue
         if name not in SIDECARS:
-            raise ValueError(f"unknown sidecar {name!r}; known: {SIDECARS}")
+            raise ValueError(f"unknown sidecar {name!r}; known: {SIDECARS + (ADVERSARIAL,)}")
         digests[name] = write_parquet_atomic(df.reset_index(drop=True), sidecar_path(units_dir, key, name))
     return {META_KEY: digests}
 
