@@ -19,6 +19,7 @@ _LAZY = {
     "load_records": "results.store",
     "load_attention": "results.report.attention",
     "load_adversarial": "export.adversarial",
+    "export_robustbench": "export.robustbench",
     "load_results": "results.store",
     "evaluate": "api",
     "attack": "api",

@@ -185,6 +185,21 @@ def run_folder(run: Union[str, Path]) -> Tuple[Path, Dict[str, Any]]:
     return d, info
 
 
+def verify_all(run_dir: Path, info: Dict[str, Any]) -> int:
+    """Check every image file run.json lists (its path in the run's adversarial/, its sha256); returns how many.
+    What an export vouches for is the whole run's evidence, not only the condition it ships."""
+    recorded = info.get(RUN_KEY)
+    if not isinstance(recorded, dict):
+        return 0
+    for rel, want in recorded.items():
+        key = str(rel)[len(FOLDER) + 1:-len(".safetensors")]
+        if not (_KEY.fullmatch(key) and rel == f"{FOLDER}/{key}.safetensors"):  # e.g. ../../elsewhere: never read
+            raise UserError(f"{run_dir}/run.json lists {str(rel)[:80]!r} among its adversarial images, which is no "
+                            f"file of the run's {FOLDER}/ folder; rebuild run.json with `robustbench-pid merge {run_dir}`")
+        _decode(Path(run_dir) / rel, str(want))
+    return len(recorded)
+
+
 def conditions(records: Any) -> Any:
     """The records of conditions that keep images, with their identity columns."""
     keep = records["benchmark"].isin(["adversarial", "converge"]) & (records["attack"] != "clean")

@@ -1,0 +1,187 @@
+"""A run's numbers as RobustBench's ``model_info`` entry (and the corruption CSV's row): what the run knows, from
+its verified records; what it cannot know (paper title, authors, venue, link, ...) from the caller.
+
+Fields and types are RobustBench's (``core/robustbench.py``, read from its repository with the commit recorded):
+accuracies are strings of percent with two decimals; ``external`` is the converged value of ``--converge`` (the
+leaderboard shows it as the best known robust accuracy) with a footnote naming the ladder and its status;
+``unreliable`` is true when a gradient-masking diagnostic fired or the ladder did not converge. Pandas only.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Tuple
+
+import numpy as np
+import pandas as pd
+
+from ..core import robustbench as rb
+from ..core.labels import eps_text
+from ..core.version import __version__
+from ..errors import UserError
+
+UNKNOWN = ("name", "authors", "venue", "link", "reported")  # the run cannot know them: given, or left ""
+
+
+@dataclass
+class Given:
+    """What the caller says about the model (``export`` options); None: not given."""
+
+    model_id: Optional[str] = None
+    name: Optional[str] = None  # the paper's title (RobustBench's field "name")
+    authors: Optional[str] = None
+    venue: Optional[str] = None
+    link: Optional[str] = None
+    reported: Optional[str] = None
+    architecture: Optional[str] = None
+    additional_data: Optional[bool] = None
+    forward_passes: Optional[int] = None
+    eps: Optional[float] = None
+
+
+@dataclass
+class Entry:
+    """The entry, its threat model folder, and what it was built from."""
+
+    info: Dict[str, Any]
+    threat: str  # "Linf" or "corruptions"
+    condition: Optional[Dict[str, Any]] = None  # the condition whose images go with it (attack, eps)
+    missing: List[str] = field(default_factory=list)  # fields the run cannot know and nobody gave
+    notes: List[str] = field(default_factory=list)
+    unaggregated: Optional[pd.DataFrame] = None  # corruptions: accuracy per (corruption, severity), as fractions
+
+
+def pct(value: float) -> str:
+    return f"{float(value):.2f}"
+
+
+def _top1(summary: pd.DataFrame, attack: str, eps: Optional[float] = None) -> pd.DataFrame:
+    rows = summary[(summary["attack"] == attack) & (summary["metric"] == "top1")]
+    if eps is not None:
+        rows = rows[np.isclose(rows["eps"].astype(float), eps, rtol=0, atol=1e-9)]
+    return rows
+
+
+def comparability(info: Dict[str, Any], n: int) -> Tuple[bool, List[str]]:
+    """Is this run RobustBench-comparable (its provenance says so), and if not, why not."""
+    lb = info.get("leaderboard") or {}
+    if lb.get("name") != rb.NAME:
+        return False, [f"not run with --suite {rb.NAME} (RobustBench's eps and sample set)"]
+    return bool(lb.get("comparable")), list(lb.get("reasons") or [])
+
+
+def _common(info: Dict[str, Any], given: Given, dataset: str) -> Tuple[Dict[str, Any], List[str]]:
+    missing = [k for k in UNKNOWN if getattr(given, k) is None]
+    base = {"link": given.link or "", "name": given.name or "", "authors": given.authors or "",
+            "additional_data": bool(given.additional_data),
+            "number_forward_passes": int(given.forward_passes) if given.forward_passes is not None else 1,
+            "dataset": dataset, "venue": given.venue or "",
+            "architecture": given.architecture or str(info.get("arch") or info.get("model") or "")}
+    if given.additional_data is None:
+        missing.append("additional_data (false)")
+    if given.forward_passes is None:
+        missing.append("number_forward_passes (1)")
+    return base, missing
+
+
+def linf_entry(records: pd.DataFrame, summary: pd.DataFrame, info: Dict[str, Any], given: Given) -> Entry:
+    """The Linf entry of an AutoAttack run (``--converge`` adds the external evaluation)."""
+    from ..results.report.diagnostics import diagnose
+
+    aa = _top1(summary, "autoattack")
+    aa = aa[aa["benchmark"] == "adversarial"]
+    if aa.empty:
+        raise UserError(f"{info.get('path')}: no AutoAttack condition, and a RobustBench entry reports AutoAttack's "
+                        f"robust accuracy: run `evaluate --attack autoattack --eps 4/255 --save-adv` (or --suite "
+                        f"robustbench) and export that run")
+    eps_all = sorted(set(aa["eps"].astype(float)))
+    eps = given.eps
+    if eps is None:
+        board = (info.get("leaderboard") or {}).get("eps")
+        eps = next((e for e in eps_all if board and eps_text(e, "linf") == board), None)
+        if eps is None and len(eps_all) == 1:
+            eps = eps_all[0]
+    if eps is None or _top1(aa, "autoattack", eps).empty:
+        raise UserError(f"{info.get('path')}: AutoAttack ran at {', '.join(eps_text(e, 'linf') for e in eps_all)}; "
+                        f"choose the entry's eps with --eps (one of them)")
+    row = _top1(aa, "autoattack", eps).iloc[0]
+    clean = _top1(summary[summary["benchmark"] == "adversarial"], "clean")
+    n = int(row["n"])
+    base, missing = _common(info, given, str(info.get("dataset")))
+    entry = {**base, "eps": eps_text(eps, "linf"), "clean_acc": pct(clean["value"].iloc[0]),
+             "reported": given.reported or "", "autoattack_acc": pct(row["value"])}
+    ok, why = comparability(info, n)
+    sample_text = "RobustBench's sample set" if ok else "not RobustBench-comparable: " + "; ".join(why)
+    foot = [f"Evaluated with robustbench_pid {__version__}: AutoAttack (standard), Linf {eps_text(eps, 'linf')}, "
+            f"on {n:,} {info.get('dataset')} images ({sample_text})."]
+    reasons = [f"diagnostic {f.code}" for f in diagnose(records)]
+    conv = _top1(summary, "converge", eps)
+    condition = {"attack": "autoattack", "eps": eps}
+    if not conv.empty:
+        c = conv.iloc[0]
+        status = str(c.get("status", ""))
+        rungs = _rungs(records, eps)
+        entry["external"] = pct(c["value"])
+        foot.append(f"{pct(c['value'])}% robust accuracy is the converged value of robustbench_pid's --converge "
+                    f"ladder ({rungs}), status: {status}.")
+        if status != "converged":
+            reasons.append(f"the ladder's status is {status!r}")
+        condition = {"attack": "converge", "eps": eps}
+    if reasons:
+        foot.append("Potentially unreliable: " + "; ".join(dict.fromkeys(reasons)) + ".")
+    entry["footnote"] = " ".join(foot)
+    entry["unreliable"] = bool(reasons)
+    notes = [] if ok else [f"this entry is not RobustBench-comparable: {'; '.join(why)}"]
+    return Entry(_ordered(entry), "Linf", condition, missing, notes)
+
+
+def _rungs(records: pd.DataFrame, eps: float) -> str:
+    rows = records[(records["attack"] == "converge") & np.isclose(records["eps"].astype(float), eps, rtol=0, atol=1e-9)]
+    labels = str(rows["converge_labels"].iloc[0]) if "converge_labels" in rows.columns and len(rows) else ""
+    return ", ".join(dict.fromkeys(x for x in labels.split(",") if x)) or "rungs not recorded"
+
+
+def corruption_entry(records: pd.DataFrame, summary: pd.DataFrame, info: Dict[str, Any], given: Given) -> Entry:
+    """The corruptions entry and the unaggregated row (accuracy per corruption and severity, as fractions)."""
+    rec = records[records["corruption"].fillna("").astype(str) != ""]
+    acc = rec.groupby(["corruption", "severity"], sort=False)["correct_top1"].mean()
+    order = [c for c in rb.corruption_order() if c in set(acc.index.get_level_values(0))]
+    others = sorted(set(acc.index.get_level_values(0)) - set(order))
+    cols = pd.MultiIndex.from_tuples([(c, int(s)) for c in order + others for s in sorted(acc[c].index)])
+    model_id = given.model_id or str(info.get("model"))
+    table = pd.DataFrame([[float(acc[c][s]) for c, s in cols]], index=[model_id], columns=cols)
+    clean = _top1(summary, "clean")
+    if clean.empty:
+        raise UserError(f"{info.get('path')}: the run has no clean condition, and a corruptions entry reports clean "
+                        f"accuracy: re-run it with the clean images (ImageNet-C: --imagenet-root DIR)")
+    dataset = "imagenet" if info.get("dataset") == "imagenet-c" else str(info.get("dataset"))
+    base, missing = _common(info, given, dataset)
+    entry = {**base, "eps": None, "clean_acc": pct(clean["value"].iloc[0]), "reported": given.reported or "",
+             "corruptions_acc": pct(100 * float(acc.mean()))}
+    mce = summary[summary["metric"] == "mce"]
+    if not mce.empty:
+        entry["corruptions_mce"] = pct(mce["value"].iloc[0])
+    full = len(order) == 15 and all(len(acc[c]) == 5 for c in order)
+    n = int(rec["sample_id"].nunique())
+    foot = (f"Evaluated with robustbench_pid {__version__}: {len(acc)} corruption x severity conditions on {n:,} "
+            f"images per condition" + ("" if full else " (not all 15 corruptions x 5 severities: not comparable)")
+            + (". corruptions_mce is against AlexNet's published errors (Hendrycks & Dietterich 2019)."
+               if "corruptions_mce" in entry else "."))
+    entry["footnote"] = foot
+    notes = [] if full else ["this entry is not RobustBench-comparable: not all 15 corruptions x 5 severities ran"]
+    return Entry(_ordered(entry), "corruptions", None, missing, notes, unaggregated=table)
+
+
+def _ordered(entry: Dict[str, Any]) -> Dict[str, Any]:
+    """Fields in the order RobustBench's files list them."""
+    order = rb.field_order()
+    return {k: entry[k] for k in sorted(entry, key=lambda k: order.index(k) if k in order else len(order))}
+
+
+def check_entry(entry: Dict[str, Any], threat: str) -> List[str]:
+    """What in ``entry`` does not fit RobustBench's field list: unknown fields, missing required ones, wrong types."""
+    fields = rb.model_info_fields()
+    out = [f"unknown field {k!r}" for k in entry if k not in fields]
+    out += [f"missing field {k!r}" for k, f in fields.items() if threat in f["required"] and k not in entry]
+    out += [f"field {k!r}: {v!r} is not {fields[k]['type']}" for k, v in entry.items()
+            if k in fields and not rb.check_value(k, v)]
+    return out
