@@ -283,9 +283,17 @@ def _finish(name: str, items: List[Item], tf: Any, desc: Dict[str, Any], root: P
 
 
 def _imagenet_val(split: str, root: Optional[str], model_info: Dict[str, Any], subset: Optional[int] = None,
-                  subset_seed: int = 0, skip_unreadable: bool = False) -> ImageFiles:
+                  subset_seed: int = 0, skip_unreadable: bool = False, sample_list: Optional[str] = None) -> ImageFiles:
     r = _descend(dataset_root(root, "imagenet"), "val", "imagenet")
     tf, desc = eval_transform(model_info)
+    if sample_list is not None:  # --suite robustbench: the leaderboard's own images, in its order
+        from .robustbench_subset import listed_items
+
+        if subset is not None:
+            raise UserError("imagenet: --subset draws its own sample; RobustBench's sample list is fixed: drop --subset")
+        items, extra = listed_items(r, sample_list)
+        return ImageFiles("imagenet", items, tf, {"root": str(r), "transform": desc, **extra},
+                          skip_unreadable=skip_unreadable)
     items = scan_wnid_folders(r, "imagenet")
     return _finish("imagenet", items, tf, desc, r, subset, subset_seed, skip_unreadable,
                    {"n_classes_present": len({it.label for it in items})})

@@ -18,6 +18,7 @@ import torch
 from ..core.version import __version__
 from ..errors import UserError
 from .context import Context
+from .suites import leaderboard_provenance
 from ..results.files.run_files import now, read_json
 from ..specs import RunSpec, Unit
 
@@ -59,6 +60,8 @@ def run_provenance(ctx: Context, spec: RunSpec, out: Path, units: List[Unit]) ->
     m = ctx.model.info
     spec_d = spec.as_dict()
     spec_d["shard"] = None
+    # --suite robustbench: the leaderboard's protocol and whether this run is comparable with it
+    board = leaderboard_provenance(spec, len(ctx.indices), getattr(ctx.dataset, "provenance", {}))
     return {
         "run_id": out.name, "spec": spec_d, "model": spec.model, "arch": m["arch"],
         "arch_kwargs": m["arch_kwargs"], "checkpoint": m.get("checkpoint"),
@@ -72,6 +75,7 @@ def run_provenance(ctx: Context, spec: RunSpec, out: Path, units: List[Unit]) ->
         "dataset_provenance": getattr(ctx.dataset, "provenance", {}), "n_samples": len(ctx.indices),
         "limit": spec.limit, "protocol": spec.protocol, "benchmark": spec.benchmark,
         "attacks": [{"attack": a.attack, **a.params} for a in spec.attacks], "suite": spec.suite,
+        **({"leaderboard": board} if board else {}),
         "seed": spec.seed, "device": str(ctx.device), "device_name": device_name(ctx.device),
         "precision": spec.precision, "compile": spec.compile, "batch_size": ctx.batch_size,
         "chunk_size": spec.chunk_size, "n_units": len(units), "versions": versions(), "git_commit": git_commit(),

@@ -90,7 +90,7 @@ def key_values(items: KeyValues, flag: str, parse_json: bool = True) -> Dict[str
 
 def attack_specs(attack: Union[None, str, Sequence[str]] = None, eps: EpsLike = None, steps: Optional[int] = None,
                  step_size: Union[None, float, str] = None, params: KeyValues = None,
-                 suite: Optional[str] = None) -> List[AttackSpec]:
+                 suite: Optional[str] = None, dataset: Optional[str] = None) -> List[AttackSpec]:
     """The attacks to run: the suite's (with the overrides each attack knows), then each named
     attack at each eps (fgsm/pgd sweep 1/255..6/255 when no eps is given)."""
     from ..attacks import get_attack
@@ -118,7 +118,7 @@ def attack_specs(attack: Union[None, str, Sequence[str]] = None, eps: EpsLike = 
     if suite:
         from .suites import load_suite
 
-        attacks = load_suite(suite)["attacks"]
+        attacks = load_suite(suite, dataset)["attacks"]  # a leaderboard suite: the dataset's leaderboard eps
         known = {k for s in attacks for k in get_attack(s.attack).param_names()}
         unknown = sorted(set(overrides) - known) if not _names(attack) else []
         if unknown:
@@ -148,7 +148,8 @@ def check_user_eps(cls: Any, eps: Optional[float]) -> None:
 
 
 def _dataset_request(dataset: str, split: Optional[str], data_root: Optional[str], imagenet_root: Optional[str],
-                     subset: Optional[int], skip_unreadable: bool) -> Tuple[str, Dict[str, Any]]:
+                     subset: Optional[int], skip_unreadable: bool,
+                     fixed: Optional[Dict[str, Any]] = None) -> Tuple[str, Dict[str, Any]]:
     """The split and the dataset options the spec records, checked against what the dataset takes."""
     from ..data import check_request, dataset_info, datasets
 
@@ -165,7 +166,7 @@ def _dataset_request(dataset: str, split: Optional[str], data_root: Optional[str
         from ..data.imagenet import IMAGENET_ROOT_ENV
 
         imagenet_root = imagenet_root or os.environ.get(IMAGENET_ROOT_ENV) or None
-    options = {"imagenet_root": str(imagenet_root)} if imagenet_root else {}
+    options = {**({"imagenet_root": str(imagenet_root)} if imagenet_root else {}), **(fixed or {})}
     asked = {**options, **({"subset": subset} if subset is not None else {}),
              **({"skip_unreadable": True} if skip_unreadable else {})}
     return check_request(dataset, split, data_root, asked), options
@@ -222,7 +223,7 @@ def build_spec(model: str, *, attack: Union[None, str, Sequence[str]] = None, ep
         raise UserError("--calibration prices the plan of a --dry-run; add --dry-run (a real run measures "
                         "its own speed)")
 
-    specs = attack_specs(attack, eps, steps, step_size, param, suite)
+    specs = attack_specs(attack, eps, steps, step_size, param, suite, dataset)
     if benchmark is None:
         benchmark = dataset_info(dataset).default_benchmark
     if benchmark == "converge":  # planned by the adversarial benchmark under --converge, never on its own
@@ -241,7 +242,10 @@ def build_spec(model: str, *, attack: Union[None, str, Sequence[str]] = None, ep
     analyses = check_analyze(analyze, benchmark)
     ladder = check_converge(converge, converge_tol, converge_opt, benchmark, protocol, specs)
     check_save_adv(save_adv, benchmark, protocol, specs)
-    split, dataset_options = _dataset_request(dataset, split, data_root, imagenet_root, subset, skip_unreadable)
+    from .suites import leaderboard_options
+
+    fixed = leaderboard_options(suite, dataset, subset, protocol)  # --suite robustbench: the leaderboard's samples
+    split, dataset_options = _dataset_request(dataset, split, data_root, imagenet_root, subset, skip_unreadable, fixed)
     if dataset_options:
         options["dataset"] = dataset_options
     return RunSpec(

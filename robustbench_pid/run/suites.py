@@ -9,6 +9,10 @@
 Every key is checked: an unknown top-level key, attack name or setting, or a bad value is
 refused with the file, the key and the reason. The protocol is not a suite key: the same suite
 runs in either protocol, chosen per run (``--protocol``) and recorded in every record.
+
+A leaderboard's protocol is a suite too (``leaderboard = "robustbench"``, ``attacks/robustbench.toml``): its
+attacks take the leaderboard's eps for the run's dataset and the run its sample set (``core/robustbench.py``);
+the run's provenance says whether it is comparable with the leaderboard (:func:`leaderboard_provenance`).
 """
 from __future__ import annotations
 
@@ -28,7 +32,8 @@ from ..registry import UnknownNameError
 from ..core.shipped import shipped_dir
 from ..specs import AttackSpec
 
-TOP_KEYS = {"description", "attack"}
+TOP_KEYS = {"description", "attack", "leaderboard"}
+LEADERBOARDS = ("robustbench",)
 
 
 def suites_dir() -> Path:
@@ -51,8 +56,9 @@ def find_suite(name: str) -> Path:
                     f"Valid suites: {', '.join(suite_names()) or '(none)'}")
 
 
-def load_suite(name: str) -> Dict[str, Any]:
-    """{'name', 'path', 'description', 'attacks': [AttackSpec, ...]}"""
+def load_suite(name: str, dataset: Optional[str] = None) -> Dict[str, Any]:
+    """{'name', 'path', 'description', 'attacks': [AttackSpec, ...], 'leaderboard'}; a leaderboard suite's attacks
+    get the leaderboard's eps for ``dataset`` (without one: each attack's default, for listings)."""
     path = find_suite(name)
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
@@ -69,6 +75,15 @@ def load_suite(name: str) -> Dict[str, Any]:
         raise UserError(f"{path}: unknown top-level key(s) {', '.join(sorted(unknown))}; valid: {', '.join(sorted(TOP_KEYS))}")
     if not isinstance(data.get("description", ""), str):
         raise UserError(f"{path}: key 'description' must be a string")
+    board = data.get("leaderboard")
+    if board is not None and board not in LEADERBOARDS:
+        raise UserError(f"{path}: key 'leaderboard': {board!r} is not a leaderboard this project knows; valid: "
+                        f"{', '.join(LEADERBOARDS)}")
+    board_eps = None
+    if board is not None and dataset is not None:
+        from ..core.robustbench import leaderboard
+
+        board_eps = parse_eps(leaderboard(dataset)["eps"])
     entries = data.get("attack", [])
     if not isinstance(entries, list) or not entries or not all(isinstance(e, dict) for e in entries):
         raise UserError(f"{path}: needs at least one [[attack]] table (key 'attack' must be an array of tables)")
@@ -85,7 +100,10 @@ def load_suite(name: str) -> Dict[str, Any]:
             cls = get_attack(name_)
         except UnknownNameError as exc:
             raise UserError(f"{where}: {exc}") from None
-        eps_values: List[Optional[Any]] = [None]
+        eps_values: List[Optional[Any]] = [board_eps]
+        if "eps" in entry and board is not None:
+            raise UserError(f"{where}: key 'eps': a leaderboard suite takes the leaderboard's eps for the run's dataset; "
+                            f"remove it")
         if "eps" in entry:
             raw = entry.pop("eps")
             raw_list = raw if isinstance(raw, list) else [raw]
@@ -102,4 +120,44 @@ def load_suite(name: str) -> Dict[str, Any]:
             params = dict(entry) if eps is None else {**entry, "eps": eps}
             attack = cls.from_params(params, where=where)
             specs.append(AttackSpec(name_, attack.params()))
-    return {"name": path.stem, "path": str(path), "description": data.get("description", ""), "attacks": specs}
+    return {"name": path.stem, "path": str(path), "description": data.get("description", ""), "attacks": specs,
+            "leaderboard": board}
+
+
+def leaderboard_options(suite: Optional[str], dataset: str, subset: Optional[int], protocol: str) -> Dict[str, Any]:
+    """The dataset options a leaderboard suite sets (ImageNet: RobustBench's sample list), refusing what would make
+    its numbers another protocol's: a seeded --subset, the paper protocol. {} for any other suite."""
+    if not suite or load_suite(suite)["leaderboard"] is None:
+        return {}
+    from ..core.robustbench import leaderboard
+
+    board = leaderboard(dataset)  # refuses a dataset without a leaderboard here
+    if subset is not None:
+        raise UserError(f"--suite {suite} runs the leaderboard's own sample set ({board['samples']}); drop --subset "
+                        f"(--limit N takes its first N, recorded as not comparable)")
+    if protocol != "standard":
+        raise UserError(f"--suite {suite} is the leaderboard's protocol: pixel-space eps-balls, true labels; use "
+                        f"--protocol standard")
+    return {"sample_list": "robustbench"} if dataset == "imagenet" else {}
+
+
+def leaderboard_provenance(spec: Any, n_samples: int, dataset_prov: Dict[str, Any]) -> Optional[Dict[str, Any]]:
+    """What run.json records of a leaderboard suite's run: the protocol, its source, and whether the numbers are
+    comparable with the leaderboard (and why not: fewer images, reduced precision, a copy that is not the
+    published file, skipped images). None for other runs."""
+    if not spec.suite or load_suite(spec.suite)["leaderboard"] is None:
+        return None
+    from ..core import robustbench as rb
+
+    board = rb.leaderboard(spec.dataset)
+    why = []
+    if n_samples != board["n"]:
+        why.append(f"{n_samples:,} of the leaderboard's {board['n']:,} images" + (" (--limit)" if spec.limit else ""))
+    if spec.precision != "fp32":
+        why.append(f"--precision {spec.precision} (the attacks' passes in reduced precision)")
+    if dataset_prov.get("n_unreadable"):
+        why.append(f"{dataset_prov['n_unreadable']} unreadable image(s) skipped")
+    if dataset_prov.get("published_md5") is False:
+        why.append("the CIFAR-10 batches are not the published files (md5)")
+    return {"name": rb.NAME, "source": rb.source(), "threat_model": board["threat_model"], "eps": board["eps"],
+            "samples": board["samples"], "n": board["n"], "comparable": not why, "reasons": why}
