@@ -87,6 +87,9 @@ def linf_entry(records: pd.DataFrame, summary: pd.DataFrame, info: Dict[str, Any
     """The Linf entry of an AutoAttack run (``--converge`` adds the external evaluation)."""
     from ..results.report.diagnostics import diagnose
 
+    if info.get("protocol") != "standard":
+        raise UserError(f"{info.get('path')} ran the {info.get('protocol')!r} protocol (normalised eps, no clipping, the "
+                        f"model's own labels): not RobustBench's threat model; export a --protocol standard run")
     aa = _top1(summary, "autoattack")
     aa = aa[aa["benchmark"] == "adversarial"]
     if aa.empty:
@@ -137,7 +140,7 @@ def linf_entry(records: pd.DataFrame, summary: pd.DataFrame, info: Dict[str, Any
 def _rungs(records: pd.DataFrame, eps: float) -> str:
     rows = records[(records["attack"] == "converge") & np.isclose(records["eps"].astype(float), eps, rtol=0, atol=1e-9)]
     labels = str(rows["converge_labels"].iloc[0]) if "converge_labels" in rows.columns and len(rows) else ""
-    return ", ".join(dict.fromkeys(x for x in labels.split(",") if x)) or "rungs not recorded"
+    return "rungs that ran: " + (", ".join(dict.fromkeys(x for x in labels.split(",") if x)) or "not recorded")
 
 
 def corruption_entry(records: pd.DataFrame, summary: pd.DataFrame, info: Dict[str, Any], given: Given) -> Entry:
