@@ -105,7 +105,8 @@ def _checkpoints(args: argparse.Namespace) -> List[Tuple[str, Optional[str], Opt
             raise UserError(f"columns {', '.join(repr(c) for c in cols)} are separately trained models of {model!r} "
                             f"but would all load {path or 'its default weights'}: give each its own with "
                             f"--checkpoint 'COLUMN=PATH'")
-    _check_weights(args.study, out)
+    if not args.dry_run:  # a plan builds a column without weights untrained (run/plan_data.py)
+        _check_weights(args.study, out)
     return out
 
 
@@ -160,6 +161,8 @@ def run(args: argparse.Namespace) -> int:
     model_arg = key_values(args.model_arg, "--model-arg")
     if args.save_adv:
         _save_adv_rows(args, converge is not None)
+    if args.dry_run:  # a plan prices datasets and weights that are not on this machine (studies/dryrun.py)
+        from ..studies.dryrun import dry_plan as plan_study
     plans = [(plan_study(args.study, model, data_root=args.data_root, dataset_root=args.dataset_root, out=args.out,
                          as_column=col, protocol=args.protocol, only=args.only, skip=args.skip, model_arg=model_arg), ck)
              for model, col, ck in checkpoints]  # every column's plan checked before any runs

@@ -83,12 +83,14 @@ def check_options(name: str, options: Dict[str, Any]) -> None:
     raise UserError(f"dataset {name!r} does not take {flag} ({why}); drop it")
 
 
-def check_request(name: str, split: Optional[str], root: Optional[str], options: Dict[str, Any]) -> str:
+def check_request(name: str, split: Optional[str], root: Optional[str], options: Dict[str, Any],
+                  need_root: bool = True) -> str:
     """The split to read (``split`` or the default), after refusing a split the dataset lacks, a
-    missing or needless ``--data-root`` and options its factory does not take."""
+    missing (unless ``need_root`` is off: a dry run plans without data) or needless ``--data-root`` and
+    options its factory does not take."""
     info = dataset_info(name)
     split = resolve_split(name, split)
-    if info.needs_root and not root:
+    if info.needs_root and not root and need_root:
         raise UserError(f"dataset {name!r} needs --data-root DIR (your local copy; nothing is downloaded)")
     if root and not info.needs_root:
         raise UserError(f"dataset {name!r} is built in and reads no --data-root; drop it")

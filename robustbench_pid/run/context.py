@@ -296,7 +296,11 @@ def prepare(spec: RunSpec, model: Optional[torch.nn.Module] = None, data: Any = 
     """
     device = check_arguments(spec, data)
     info = dataset_info(spec.dataset) if data is None else None
-    if model is None:
+    if model is None and spec.dry_run:  # a plan needs no weights (plan_data)
+        from .plan_data import plan_model
+
+        model = plan_model(spec)
+    elif model is None:
         model = load_model(spec.model, spec.checkpoint, spec.dataset, allow_pickle=spec.allow_pickle,
                            strict=spec.strict, checkpoint_dir=spec.checkpoint_dir, **spec.arch_kwargs)
     model = model.to(device)  # the runner's own object (loaded here, or a copy of the caller's)
@@ -309,8 +313,13 @@ def prepare(spec: RunSpec, model: Optional[torch.nn.Module] = None, data: Any = 
     if spec.skip_unreadable:
         ds_opts["skip_unreadable"] = True
     if data is None:
-        ds = load_dataset(spec.dataset, spec.split, spec.data_root, **ds_opts,
-                          model_info={k: v for k, v in model.info.items() if v is not None})
+        minfo = {k: v for k, v in model.info.items() if v is not None}
+        if spec.dry_run:  # a plan needs no data: a dataset not here is priced at its published size (plan_data)
+            from .plan_data import plan_dataset
+
+            ds = plan_dataset(spec, ds_opts, minfo)
+        else:
+            ds = load_dataset(spec.dataset, spec.split, spec.data_root, **ds_opts, model_info=minfo)
     else:
         ds = data
     from .objects import complete_info, is_object

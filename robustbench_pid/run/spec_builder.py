@@ -149,8 +149,9 @@ def check_user_eps(cls: Any, eps: Optional[float]) -> None:
 
 def _dataset_request(dataset: str, split: Optional[str], data_root: Optional[str], imagenet_root: Optional[str],
                      subset: Optional[int], skip_unreadable: bool,
-                     fixed: Optional[Dict[str, Any]] = None) -> Tuple[str, Dict[str, Any]]:
-    """The split and the dataset options the spec records, checked against what the dataset takes."""
+                     fixed: Optional[Dict[str, Any]] = None, dry_run: bool = False) -> Tuple[str, Dict[str, Any]]:
+    """The split and the dataset options the spec records, checked against what the dataset takes (a dry run
+    needs no --data-root: it prices a dataset that is not here at its published size, ``run/plan_data``)."""
     from ..data import check_request, dataset_info, datasets
 
     if dataset not in datasets:  # a data object (rbp.evaluate(data=...)) comes with its split
@@ -169,7 +170,7 @@ def _dataset_request(dataset: str, split: Optional[str], data_root: Optional[str
     options = {**({"imagenet_root": str(imagenet_root)} if imagenet_root else {}), **(fixed or {})}
     asked = {**options, **({"subset": subset} if subset is not None else {}),
              **({"skip_unreadable": True} if skip_unreadable else {})}
-    return check_request(dataset, split, data_root, asked), options
+    return check_request(dataset, split, data_root, asked, need_root=not dry_run), options
 
 
 def build_spec(model: str, *, attack: Union[None, str, Sequence[str]] = None, eps: EpsLike = None,
@@ -245,7 +246,8 @@ def build_spec(model: str, *, attack: Union[None, str, Sequence[str]] = None, ep
     from .suites import leaderboard_options
 
     fixed = leaderboard_options(suite, dataset, subset, protocol)  # --suite robustbench: the leaderboard's samples
-    split, dataset_options = _dataset_request(dataset, split, data_root, imagenet_root, subset, skip_unreadable, fixed)
+    split, dataset_options = _dataset_request(dataset, split, data_root, imagenet_root, subset, skip_unreadable, fixed,
+                                              dry_run)
     if dataset_options:
         options["dataset"] = dataset_options
     return RunSpec(

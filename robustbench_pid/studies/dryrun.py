@@ -7,7 +7,8 @@ per pass from one calibration batch per row on the row's own data (or ``--calibr
 from __future__ import annotations
 
 import json
-from typing import Any, Dict, List, Optional, Tuple
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from ..benchmarks import get_benchmark
 from ..results.files.run_files import unit_done
@@ -38,12 +39,36 @@ def row_passes(row: Row) -> Tuple[float, float]:
     return 1.0 + f, b
 
 
+def dry_plan(study_name: str, model: str, *, data_root: Optional[str] = None, dataset_root: Sequence[str] = (),
+             out: Optional[str] = None, as_column: Optional[str] = None, protocol: Optional[str] = None,
+             only: Sequence[str] = (), skip: Sequence[str] = (),
+             model_arg: Optional[Dict[str, Any]] = None) -> StudyPlan:
+    """``plan_study`` for a dry run: the same rows, roots and checks, but a row whose dataset is not on this
+    machine is no missing row: it is priced at the dataset's published size (``run/plan_data``), and the plan says
+    so. A laptop plans a GPU machine's study this way."""
+    from ..data import dataset_info
+    from .reproduce import LIMIT_AS_SUBSET, find_root, parse_dataset_roots, resolve_column, select_rows
+    from .spec import load_study
+
+    study = load_study(study_name)
+    column = resolve_column(study, model, as_column, model_arg)
+    rows = select_rows(study, only, skip)
+    overrides = parse_dataset_roots(dataset_root)
+    plan = StudyPlan(study, column, model, protocol or study.protocol,
+                     Path(out) if out else Path("results") / f"study-{study.name}", rows)
+    needed = {r.dataset for r in rows} | ({"imagenet"} if {r.dataset for r in rows} & LIMIT_AS_SUBSET else set())
+    for ds in sorted(needed):
+        plan.roots[ds] = find_root(ds, data_root, overrides)[0] if dataset_info(ds).needs_root else None
+    return plan
+
+
 def study_dry_run(plan: StudyPlan, converge: Optional[Dict[str, Any]] = None, **opts: Any) -> float:
     """Print each row's units to do, passes and estimated seconds (this process's shard); return the total.
     ``converge`` (``reproduce --converge``): the converged runs of the eligible rows too, their settings checked
     as a real run checks them."""
     from ..run.context import prepare
     from ..run.dryrun import calibrate, unit_passes
+    from ..run.plan_data import plan_notes
     from ..runtime.launcher import launch
     from ..run.plan import plan_units, shard_units
 
@@ -58,13 +83,23 @@ def study_dry_run(plan: StudyPlan, converge: Optional[Dict[str, Any]] = None, **
     print(f"{'row':20} {'dataset':12} {'samples':>8} {'units':>6} {'to do':>6} {'fwd':>12} {'f+b':>10} {'est.':>10}")
     total = 0.0
     lines: List[str] = []
+    measured: Dict[Any, Tuple[float, float]] = {}
+    notes: Dict[str, str] = {}
     for r, name, spec, folder in runs:
         ctx = prepare(spec)
         units = plan_units(ctx)
         launched = launch(spec.shard)
         mine = shard_units(units, launched.index, launched.count)
-        t_f, t_fb = ((1.0 / spec.calibration[0], 1.0 / spec.calibration[1]) if spec.calibration is not None
-                     else calibrate(ctx))
+        if spec.calibration is not None:
+            t_f, t_fb = 1.0 / spec.calibration[0], 1.0 / spec.calibration[1]
+        else:  # one calibration per model, input size and batch: the rows of a study share it
+            what = (ctx.model.info["arch"], json.dumps(ctx.model.info["arch_kwargs"], sort_keys=True, default=str),
+                    tuple(ctx.model.info["input_size"]), min(ctx.batch_size, len(ctx.indices)), spec.precision)
+            if what not in measured:
+                measured[what] = calibrate(ctx)
+            t_f, t_fb = measured[what]
+        for note in plan_notes(ctx):
+            notes.setdefault(note.split(";")[0], note)  # once per dataset (and once for the weights)
         todo = [u for u in mine if not unit_done(folder / "units", u.key)]
         f = sum(unit_passes(ctx, u)[0] * (u.stop - u.start) for u in todo)
         b = sum(unit_passes(ctx, u)[1] * (u.stop - u.start) for u in todo)
@@ -73,7 +108,10 @@ def study_dry_run(plan: StudyPlan, converge: Optional[Dict[str, Any]] = None, **
         lines.append(f"{name[:20]:20} {r.dataset:12} {len(ctx.indices):>8} {len(mine):>6} {len(todo):>6} "
                      f"{f:>12.0f} {b:>10.0f} {_fmt_s(est):>10}")
     print("\n".join(lines))
-    basis = "the given calibration" if opts.get("calibration") else "one calibration batch per row on this device"
+    for note in notes.values():
+        print(note)
+    basis = "the given calibration" if opts.get("calibration") else \
+        f"{len(measured)} calibration batch(es) on this device (one per model and input size, after a warm-up)"
     print(f"total: about {_fmt_s(total)} at {basis} (an estimate, not a bound: early stopping and samples not "
           f"attacked make it shorter, data loading longer). Nothing was computed or written.")
     return total
