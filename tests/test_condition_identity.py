@@ -58,7 +58,7 @@ def test_paper_table_never_pairs_different_attacks(runs):
     t = paper_tables([runs[("pid_deit", 20)], runs[("deit", 2)]], models=["deit", "pid_deit"])[0]
     pgd = t.frame[t.frame["Attack"].str.startswith("PGD")]
     assert set(pgd["Attack"]) == {"PGD (4/255) · steps 2", "PGD (4/255) · steps 20"}
-    top1 = t.frame[(t.frame["Metric"] == "Top-1 Acc (%)")]
+    top1 = t.frame[(t.frame["Metric"] == "Top-1 Acc (%) [95% Wilson]")]
     for _, r in top1[top1["Attack"].str.startswith("PGD")].iterrows():
         assert "-" in (r["deit"], r["pid_deit"])  # each setting row has one model only
         assert r["Δ pid_deit−deit"] == "-" and r["p pid_deit vs deit"] == "n/a"
@@ -71,7 +71,7 @@ def test_paper_table_never_pairs_different_attacks(runs):
 def test_paper_table_with_both_settings_pairs_within_each(runs):
     text = render(paper_tables(list(runs.values()), models=["deit", "pid_deit"]), "markdown")
     t = paper_tables(list(runs.values()), models=["deit", "pid_deit"])[0]
-    top1 = t.frame[t.frame["Metric"] == "Top-1 Acc (%)"].set_index("Attack")
+    top1 = t.frame[t.frame["Metric"] == "Top-1 Acc (%) [95% Wilson]"].set_index("Attack")
     s20 = load_results(runs[("pid_deit", 20)])
     d20 = load_results(runs[("deit", 20)])
 

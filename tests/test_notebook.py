@@ -39,7 +39,7 @@ def test_quickstart_notebook_runs(tmp_path):
     texts = [_text(c) for c in code]
     table = next(t for t in texts if "| Attack | Metric |" in t)
     assert "| deit | pid_deit | Δ pid_deit−deit | p pid_deit vs deit |" in table
-    assert "| Clean | Top-1 Acc (%) |" in table and "PGD (4/255)" in table
+    assert "| Clean | Top-1 Acc (%) [95% Wilson] |" in table and re.search(r"PGD-\d+ \(4/255\)", table)
     assert "McNemar exact, n=32" in table
     assert any(o.get("data", {}).get("image/png") for c in code for o in c.get("outputs", []))
     assert any("PASSED" in t for t in texts)

@@ -86,6 +86,6 @@ def test_table_check_plot_report_run_without_torch(run_dir, tmp_path):
     got = json.loads(p.stdout.strip().splitlines()[-1])
     out = p.stdout
     assert got["codes"] == [0, 0, 0, 0, 0]
-    assert "| FGSM (2/255) | Top-1 Acc (%) |" in out and "PASSED" in out  # the verbs did their work
+    assert "| FGSM (2/255) | Top-1 Acc (%) [95% Wilson] |" in out and "PASSED" in out  # the verbs did their work
     assert (tmp_path / "plots" / "eps_curves_top1.svg").is_file() and (tmp_path / "report.html").is_file()
     assert not got["torch"] and not got["timm"], f"torch imported by:\n{got['stack']}"

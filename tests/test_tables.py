@@ -74,22 +74,22 @@ EXPECTED_PAPER = """\
 
 | Attack | Metric | softmax | pid | Δ pid−softmax | p pid vs softmax |
 |---|---|---|---|---|---|
-| Clean | Top-1 Acc (%) | 90.00 [69.9, 97.2] | 95.00 [76.4, 99.1] | +5.00 | 1.000 |
-|  | Top-5 Acc (%) | 100.00 [83.9, 100.0] | 100.00 [83.9, 100.0] | +0.00 | 1.000 |
-| FGSM (3/255) | Top-1 Acc (%) | 50.00 [29.9, 70.1] | 80.00 [58.4, 91.9] | +30.00 | 0.031 * |
-|  | Top-5 Acc (%) | 90.00 [69.9, 97.2] | 90.00 [69.9, 97.2] | +0.00 | 1.000 |
-| PGD (4/255) | Top-1 Acc (%) | 25.00 [11.2, 46.9] | 40.00 [21.9, 61.3] | +15.00 | 0.375 |
-|  | Top-5 Acc (%) | 60.00 [38.7, 78.1] | 70.00 [48.1, 85.5] | +10.00 | 0.500 |
-| ImageNet-A | Top-1 Acc (%) | 6.90 [6.4, 7.5] | 8.82 [8.3, 9.4] | +1.92 | n/a |
-| ImageNet-R | Top-1 Acc (%) | 32.83 [32.3, 33.3] | 34.89 [34.4, 35.4] | +2.06 | n/a |
+| Clean | Top-1 Acc (%) [95% Wilson] | 90.00 [69.9, 97.2] | 95.00 [76.4, 99.1] | +5.00 | 1.000 |
+|  | Top-5 Acc (%) [95% Wilson] | 100.00 [83.9, 100.0] | 100.00 [83.9, 100.0] | +0.00 | 1.000 |
+| FGSM (3/255) | Top-1 Acc (%) [95% Wilson] | 50.00 [29.9, 70.1] | 80.00 [58.4, 91.9] | +30.00 | 0.031 * |
+|  | Top-5 Acc (%) [95% Wilson] | 90.00 [69.9, 97.2] | 90.00 [69.9, 97.2] | +0.00 | 1.000 |
+| PGD-20 (4/255) | Top-1 Acc (%) [95% Wilson] | 25.00 [11.2, 46.9] | 40.00 [21.9, 61.3] | +15.00 | 0.375 |
+|  | Top-5 Acc (%) [95% Wilson] | 60.00 [38.7, 78.1] | 70.00 [48.1, 85.5] | +10.00 | 0.500 |
+| ImageNet-A | Top-1 Acc (%) [95% Wilson] | 6.90 [6.4, 7.5] | 8.82 [8.3, 9.4] | +1.92 | n/a |
+| ImageNet-R | Top-1 Acc (%) [95% Wilson] | 32.83 [32.3, 33.3] | 34.89 [34.4, 35.4] | +2.06 | n/a |
 | ImageNet-C | mCE (↓) | 71.20 | 68.41 | -2.79 | n/a |
 | ImageNet-O | AUPR | 17.47 | 19.22 | +1.75 | n/a |
 
 Notes:
-- cells: value [95% interval]; accuracies use the Wilson interval
+- cells: value [95% interval] (accuracies: Wilson; mCE, AUPR: bootstrap over samples); n=… in a cell where the models of a row ran on different numbers of samples
 - attack rows: accuracy under the attacks shown, an upper bound on the model's robust accuracy (a stronger attack may break more samples; `evaluate --converge` escalates until none does)
 - n: 20 samples per row, except ImageNet-A (7500), ImageNet-R (30000), ImageNet-C (50000), ImageNet-O (12000)
-- Δ: later model minus earlier, in points; p: two-sided paired test on the same samples (McNemar exact, n=20); * p < 0.05
+- Δ: the later-named model minus the earlier, in points (BASELINE:MODEL pairs); p: two-sided paired test on the same samples (McNemar exact, n=20); * p < 0.05
 - p n/a for ImageNet-A, ImageNet-R, ImageNet-C, ImageNet-O: no per-sample records in the inputs
 - eps per attack row: FGSM: eps 3/255 (the paper's eps; present: 1/255, 3/255); PGD: eps 4/255 (closest to the paper's 3/255, larger on ties; present: 2/255, 4/255)
 - settings: FGSM = FGSM; PGD = PGD-20 (step 2.5·eps/20, random start, early stop top-5)
@@ -113,9 +113,9 @@ def test_paper_layout_eps_override_and_errors(synth):
     tidy, rec = synth
     t = paper_tables(tidy, records=rec, models=["softmax", "pid"], eps="pgd=2/255,fgsm=1/255")[0]
     f = t.frame.set_index(["Attack", "Metric"])
-    assert f.loc[("FGSM (1/255)", "Top-1 Acc (%)"), "softmax"] == "75.00 [53.1, 88.8]"
+    assert f.loc[("FGSM (1/255)", "Top-1 Acc (%) [95% Wilson]"), "softmax"] == "75.00 [53.1, 88.8]"
     # pgd 2/255: softmax 0..8, pid 0..11 -> 3 discordant, all for pid: p = 2/8
-    assert f.loc[("PGD (2/255)", "Top-1 Acc (%)"), "p pid vs softmax"] == "0.250"
+    assert f.loc[("PGD-20 (2/255)", "Top-1 Acc (%) [95% Wilson]"), "p pid vs softmax"] == "0.250"
     with pytest.raises(UserError, match="not in the results"):
         paper_tables(tidy, records=rec, eps="pgd=5/255")
     with pytest.raises(UserError, match="not in the results"):
@@ -322,8 +322,12 @@ def test_a_delta_on_fewer_shared_samples_than_the_cells_says_so():
                               benchmark="adversarial", attack="clean", eps=0.0, metric="top1", value=v, n=n)
                          for m, v, n in (("a", 90.0, 10), ("b", 100.0, 8))])
     t = paper_tables(tidy, records=recs)[0]
-    assert t.frame.iloc[0]["Δ b−a"] == "+0.00"  # on the 8 shared images both are 100%
-    assert any("Δ and p on the 8 samples both runs have, not on each cell's own n" in n for n in t.notes)
+    # cells of other sample counts say theirs; the Δ says it is on the 8 shared images (both 100% there)
+    assert t.frame.iloc[0]["a"] == "90.00 n=10" and t.frame.iloc[0]["b"] == "100.00 n=8"
+    assert t.frame.iloc[0]["Δ b−a"] == "+0.00 (n=8)"
+    assert any("Δ and p with (n=…) are on the samples both runs have, fewer than a cell's own n" in n
+               for n in t.notes)
+    assert not any(n.startswith("p n/a") for n in t.notes)  # p was computed: no "p n/a" note above it
 
 
 def test_the_paper_table_gives_no_delta_or_test_between_cells_of_other_settings():

@@ -20,7 +20,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import pandas as pd
 
 from ..results.files.verify import is_complete
-from ..results.tables.render import md_cell, one_line
+from ..results.tables.render import WIDTH, column_groups, md_cell, one_line, wrap_line
 from ..results.summaries.converge import CONVERGED
 from .folder import ENTRY_FILE, STUDY_FILE, checked_folder, entries  # noqa: F401 (names readers use)
 from .spec import CONVERGED_DIR, METRICS, Row, Study, attack_settings
@@ -130,6 +130,9 @@ def study_cells(out: Path) -> Tuple[Study, List[Cell], List[str]]:
     study, found = checked_folder(out)  # the copy, the entries and their runs checked against each other
     cells: List[Cell] = []
     notes: List[str] = []
+    not_run: Dict[str, List[str]] = {}  # who (entry, protocol) -> rows without a finished run
+    no_converged: Dict[str, List[str]] = {}
+    ran: set = set()
     for e in found:
         # the protocol folders first, the converged runs beside them last (they are read against them)
         protocols = sorted((p.name for p in e["dir"].iterdir() if p.is_dir()), key=lambda n: (n == CONVERGED_DIR, n))
@@ -137,14 +140,12 @@ def study_cells(out: Path) -> Tuple[Study, List[Cell], List[str]]:
             for r in study.rows:
                 run_dir = e["dir"] / proto / r.name
                 summary = pd.read_csv(run_dir / "summary.csv") if is_complete(run_dir) else None
-                if summary is None:
-                    notes.append(f"{e['model']} as {e['column']!r}, {proto} protocol: row {r.name!r} not run "
-                                 f"(or not finished) in {run_dir}")
                 converged = proto == CONVERGED_DIR  # reproduce --converge: standard-protocol converged runs
-                if converged and summary is None:
-                    notes.pop()
-                    notes.append(f"{e['model']} as {e['column']!r}: row {r.name!r} has no converged value (an L-inf "
-                                 f"attack row only; the others are named when reproduce --converge runs)")
+                if summary is not None and not converged:
+                    ran.add(r.name)
+                if summary is None:
+                    who = f"{e['model']} as {e['column']!r}" + ("" if converged else f", {proto} protocol")
+                    (no_converged if converged else not_run).setdefault(who, []).append(r.name)
                 for m in r.metrics:
                     line = pick(summary, r, m, converged) if summary is not None else None
                     if line is not None and m in BOOTSTRAPPED and _num(line["ci_low"]) is None:
@@ -162,7 +163,29 @@ def study_cells(out: Path) -> Tuple[Study, List[Cell], List[str]]:
                                       _num(line["ci_low"]) if line is not None else None,
                                       _num(line["ci_high"]) if line is not None else None,
                                       int(n) if n is not None else None, status))
-    return study, cells, notes
+    return study, cells, missing_notes(study, not_run, no_converged, ran) + notes
+
+
+def missing_notes(study: Study, not_run: Dict[str, List[str]], no_converged: Dict[str, List[str]],
+                  ran: set) -> List[str]:
+    """Rows without a finished run, in a few lines: the rows no entry ran (left out with --only/--skip, or not run
+    yet) in one line, then per entry and protocol the rows it lacks that others have."""
+    everywhere = [r.name for r in study.rows if r.name not in ran] if ran else []
+    notes = [f"not run (left out with --only/--skip, or not run yet; not in the table above): "
+             f"{', '.join(everywhere)}"] if everywhere else []
+    for who, rows in not_run.items():
+        rest = [r for r in rows if r not in everywhere]
+        if rest:
+            notes.append(f"{who}: row(s) {', '.join(rest)} not run (or not finished)")
+    common = set.intersection(*(set(v) for v in no_converged.values())) if no_converged else set()
+    if common:
+        notes.append(f"no converged value (L-inf attack rows only, as reproduce --converge names them) in any of "
+                     f"{len(no_converged)} entries: rows {', '.join(r.name for r in study.rows if r.name in common)}")
+    for who, rows in no_converged.items():
+        rest = [r for r in rows if r not in common]
+        if rest:
+            notes.append(f"{who}: no converged value for row(s) {', '.join(rest)}")
+    return notes
 
 
 def _f(v: Optional[float], signed: bool = False) -> str:
@@ -173,36 +196,57 @@ def _f(v: Optional[float], signed: bool = False) -> str:
     return format(v, ("+" if signed else "") + spec)
 
 
-def _run_text(c: Cell) -> str:
+def _run_text(c: Cell, with_n: bool = True) -> str:
     if c.value is None:
         return "—"
     ci = f" [{_f(c.ci_low)}, {_f(c.ci_high)}]" if c.ci_low is not None and c.ci_high is not None else ""
     status = c.status if c.status.startswith("upper bound") else f"upper bound: {c.status}"
     bound = f" ({status})" if c.status and c.status != CONVERGED else ""
-    return (f"{_f(c.value)}{ci} n={c.n}" if c.n is not None else f"{_f(c.value)}{ci}") + bound
+    return (f"{_f(c.value)}{ci} n={c.n}" if c.n is not None and with_n else f"{_f(c.value)}{ci}") + bound
+
+
+def one_n(cells: List[Cell]) -> Optional[int]:
+    """The sample count of every measured cell when they all share one (then cells need not repeat it)."""
+    ns = {c.n for c in cells if c.value is not None}
+    return next(iter(ns)) if len(ns) == 1 and None not in ns else None
+
+
+def shown_rows(study: Study, cells: List[Cell]) -> List[Row]:
+    """The rows with a value somewhere (a study run with --only shows those, not a grid of dashes)."""
+    have = {c.row for c in cells if c.value is not None}
+    return [r for r in study.rows if r.name in have] or list(study.rows)
 
 
 def _groups(cells: List[Cell]) -> List[Tuple[str, str, str]]:
     return list(dict.fromkeys((c.column, c.model, c.protocol) for c in cells))
 
 
-def _grid(study: Study, cells: List[Cell]) -> Tuple[List[str], List[List[str]]]:
+def _grid(study: Study, cells: List[Cell], compact: bool = False) -> Tuple[List[str], List[List[str]]]:
+    """Header and body. ``compact`` (the Markdown people read): only the rows that ran, and a group whose column
+    has no published value shows this run's value alone (no empty paper / diff columns); n in the legend when
+    every cell shares it."""
     groups = _groups(cells)
     by = {(c.row, c.metric, c.column, c.model, c.protocol): c for c in cells}
+    published = {g for g in groups if any(c.paper is not None for c in cells if (c.column, c.model, c.protocol) == g)}
+    full = {g for g in groups if not compact or g in published}
+    with_n = not compact or one_n(cells) is None
     header = ["", "metric"]
-    for col, model, proto in groups:
-        who = f"{col} ({model}, {proto})"
-        header += [f"{who}: paper", "this run (95% CI, n)", "diff", ""]
+    for g in groups:
+        who = f"{g[0]} ({g[1]}, {g[2]})"
+        run = "this run (95% CI" + (", n)" if with_n else ")")
+        header += [f"{who}: paper", run, "diff", ""] if g in full else [f"{who}: {run}"]
     body: List[List[str]] = []
-    for r in study.rows:
+    for r in (shown_rows(study, cells) if compact else study.rows):
         for i, m in enumerate(r.metrics):
             line = [r.label if i == 0 else "", METRICS[m]]
             for g in groups:
                 c = by.get((r.name, m) + g)
                 if c is None:
-                    line += ["—", "—", "—", ""]
-                    continue
-                line += [_f(c.paper), _run_text(c), _f(c.diff, signed=True), MARK if c.outside else ""]
+                    line += ["—", "—", "—", ""] if g in full else ["—"]
+                elif g in full:
+                    line += [_f(c.paper), _run_text(c, with_n), _f(c.diff, signed=True), MARK if c.outside else ""]
+                else:
+                    line += [_run_text(c, with_n)]
             body.append(line)
     return header, body
 
@@ -217,13 +261,28 @@ def _legend(study: Study, cells: List[Cell]) -> str:
             f"Rows without a published value: the paper prints none.{conv}{notes}")
 
 
-def render_markdown(study: Study, cells: List[Cell], notes: List[str]) -> str:
-    header, body = _grid(study, cells)
+def render_markdown(study: Study, cells: List[Cell], notes: List[str], width: Optional[int] = WIDTH) -> str:
+    """The table people read: the rows that ran, no line wider than ``width`` (a wider table continues below in
+    parts, each with the row names), then the legend and the notes (rows not run: one line)."""
+    header, body = _grid(study, cells, compact=True)
     esc = [[md_cell(t) for t in row] for row in [header] + body]  # a | or a line break in a label splits the row
-    lines = [f"### {one_line(study.title)}", "", "| " + " | ".join(esc[0]) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(r) + " |" for r in esc[1:]]
-    lines += ["", _legend(study, cells)] + [f"- {n}" for n in notes]
+    lines = [f"### {one_line(study.title)}"]
+    parts = column_groups(esc, 2, width, glued_columns(header))
+    for k, cols in enumerate(parts):
+        if len(parts) > 1:
+            lines += ["", f"(part {k + 1} of {len(parts)}" + ("; continued below)" if k < len(parts) - 1 else ")")]
+        lines += ["", "| " + " | ".join(esc[0][i] for i in cols) + " |", "|" + "---|" * len(cols)]
+        lines += ["| " + " | ".join(r[i] for i in cols) + " |" for r in esc[1:]]
+    n = one_n(cells)
+    legend = _legend(study, cells) + (f" Every value is on n = {n} samples." if n is not None and
+                                      "(95% CI)" in " ".join(header) else "")
+    lines += [""] + wrap_line(legend, width, "") + [ln for note in notes for ln in wrap_line(f"- {note}", width)]
     return "\n".join(lines) + "\n"
+
+
+def glued_columns(header: List[str]) -> Tuple[int, ...]:
+    """A published group's run, diff and mark columns stay with its paper column in a wrapped table."""
+    return tuple(i for i, h in enumerate(header) if i >= 2 and ": " not in h)
 
 
 def render_latex(study: Study, cells: List[Cell]) -> str:

@@ -66,9 +66,11 @@ def format_evidence(summary: pd.DataFrame) -> str:
     wide, notes = evidence_matrix(summary)
     if wide.empty:
         return "evidence: no attack telemetry in these results"
+    shown = [SHORT[i] for i in INDICATORS if SHORT[i] in wide.columns]
+    others = [SHORT[i] for i in INDICATORS if SHORT[i] not in wide.columns]
     head = ("evidence that each attack worked: passes per attacked sample, and the share of attacked samples "
-            "flagged by each indicator of attack failure (" + ", ".join(SHORT[i] for i in INDICATORS) + "; "
-            "docs/attacks.md)")
+            "flagged by each indicator of attack failure shown (" + ", ".join(shown) + "; docs/attacks.md)" +
+            (f"; {', '.join(others)} need --indicators (an extra run per attack)" if others else ""))
     lines = [head, wide.to_string(index=False)]
     lines += [f"  n/a{i + 1}: {n}" if not n.startswith(("warning",)) and ": warning" not in n else f"  {n}"
               for i, n in enumerate(notes)]

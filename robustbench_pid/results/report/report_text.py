@@ -27,13 +27,24 @@ def format_summary(summary: pd.DataFrame) -> str:
     if len(acc):
         wide = acc.pivot_table(index=keys, columns="metric", values="cell", aggfunc="first", sort=False)
         wide["n"] = acc.groupby(keys, sort=False)["n"].max()
-        parts.append(wide.reset_index().to_string(index=False))
+        parts.append(accuracy_legend(acc) + "\n" + wide.reset_index().to_string(index=False))
     if len(other):
         okeys = [k for k in keys if k not in ("attack", "eps", "condition")] + ["metric"]
         cols = okeys + (["condition"] if "condition" in keys else []) + ["cell", "n"]
         parts.append(other[cols].rename(columns={"cell": "value"}).to_string(index=False))
     note = skipped_note(summary)
     return "\n\n".join(parts + ([note] if note else []))
+
+
+def accuracy_legend(acc: pd.DataFrame) -> str:
+    """What the accuracy table's cells are and which settings each attack ran with (a bare ``pgd`` row says
+    neither its steps nor its step size)."""
+    lines = ["top1 / top5: accuracy in % [95% Wilson interval]; n: samples"]
+    if "setting" in acc.columns:
+        seen = acc[acc["attack"].astype(str) != "clean"].drop_duplicates(["attack", "setting"])
+        lines += [f"  {a} = {s}" for a, s in zip(seen["attack"].astype(str), seen["setting"].fillna("").astype(str))
+                  if s and s.lower() != a.lower()]  # "fgsm = FGSM" says nothing
+    return "\n".join(lines)
 
 
 def skipped_note(summary: pd.DataFrame) -> str:

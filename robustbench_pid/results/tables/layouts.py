@@ -16,25 +16,25 @@ attack). Only eps present for every compared model are candidates when there are
 """
 from __future__ import annotations
 
-from itertools import combinations
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import pandas as pd
 
-from .comparisons import compare_rows, interval_from_records
+from .comparisons import interval_from_records
 from ..conditions import differing_settings, flat_settings
 from ...errors import UserError
 from ..stats.stats import check_n_boot
 from ..inputs import (ACCURACY_METRICS, AGGREGATE_METRICS, CORRUPTION_METRICS, EPS_DECIMALS, OOD_DATASETS, Inputs, as_inputs, model_order, norm_of)
 from ...core.labels import eps_text, parse_eps
-from .render import MISSING, Table, fmt_delta, fmt_p, fmt_value, render
+from .paired import PairsArg, choose_pairs, delta_column, p_column, pair_cells, pair_legend
+from .render import MISSING, Table, fmt_value, render
 from .worst_case import worst_case_parts
 
 LAYOUTS = ("paper", "long", "wide")
 PAPER_ORDER = ("clean", "fgsm", "pgd", "spsa", "sld", "noise")  # the rows of PIDformer Table 1, in order
-METRIC_LABELS = {"top1": "Top-1 Acc (%)", "top5": "Top-5 Acc (%)", "mce": "mCE (↓)", "mean_err": "Mean error (↓)",
-                 "aupr": "AUPR"}
+METRIC_LABELS = {"top1": "Top-1 Acc (%) [95% Wilson]", "top5": "Top-5 Acc (%) [95% Wilson]", "mce": "mCE (↓)",
+                 "mean_err": "Mean error (↓)", "aupr": "AUPR"}
 
 
 # ----------------------------------------------------------------------------------------------
@@ -98,13 +98,16 @@ def _select(df: pd.DataFrame, **eq: Any) -> pd.DataFrame:
 def paper_tables(data: Any, *, models: Optional[Sequence[str]] = None, dataset: Optional[str] = None,
                  protocol: Optional[str] = None, eps: Union[None, float, str, Mapping[str, Any]] = None,
                  compare: bool = True, n_boot: int = 1000, seed: int = 0,
-                 records: Optional[pd.DataFrame] = None, ce_baseline: Optional[str] = None) -> List[Table]:
-    """PIDformer Table 1 shape, one table per (dataset, protocol) in the results."""
+                 records: Optional[pd.DataFrame] = None, ce_baseline: Optional[str] = None,
+                 pairs: PairsArg = None, baseline: Optional[str] = None) -> List[Table]:
+    """PIDformer Table 1 shape, one table per (dataset, protocol) in the results. Δ / p columns for ``pairs``
+    (BASELINE:MODEL), each model against ``baseline``, or the one pair of two models (``paired.choose_pairs``)."""
     n_boot = check_n_boot(n_boot)
     inp = as_inputs(data, records, ce_baseline)
     df = inp.results
     order = model_order(df, models)
     df = df[df["label"].isin(order)]
+    compared, pair_why = choose_pairs(order, pairs, baseline, compare)
     chosen = _parse_eps_choice(eps)
     absent = sorted(set(chosen) - {"*"} - set(df["attack"].astype(str)))
     if absent:  # a typo in an attack name must not leave the table at its default eps unnoticed
@@ -129,9 +132,9 @@ def paper_tables(data: Any, *, models: Optional[Sequence[str]] = None, dataset: 
                 continue
             protos = [protocol]
         for proto in protos:
-            t = _paper_table(df, inp, order, ds, proto, chosen, compare, n_boot, seed, len(base) == 1)
+            t = _paper_table(df, inp, order, ds, proto, chosen, compared, n_boot, seed, len(base) == 1)
             if t is not None:
-                t.notes = inp.notes + t.notes
+                t.notes = inp.notes + t.notes + pair_why
                 tables.append(t)
     if not tables:
         raise UserError("nothing for the paper layout in these results (no clean/attack, ImageNet-A/R/C/O, mCE "
@@ -177,7 +180,7 @@ def split_by_settings(sub: pd.DataFrame, text: str, label: str, attack: str,
 
 
 def _paper_table(df: pd.DataFrame, inp: Inputs, order: List[str], ds: str, proto: str,
-                 chosen: Mapping[str, float], compare: bool, n_boot: int, seed: int,
+                 chosen: Mapping[str, float], pairs: List[Tuple[str, str]], n_boot: int, seed: int,
                  only_base: bool) -> Optional[Table]:
     rows: List[Tuple[str, str, Dict[str, Dict[str, Any]]]] = []  # (row label, metric, {model: tidy row})
     notes: List[str] = []
@@ -209,7 +212,7 @@ def _paper_table(df: pd.DataFrame, inp: Inputs, order: List[str], ds: str, proto
             present = {m: sorted(set(g["eps_key"])) for m, g in sub.groupby("label")}
             e, why = choose_eps(attack, present, chosen, sub["paper_eps"].dropna().max(), norm)
             sub = sub[sub["eps_key"] == e]
-            text = f"{label} ({eps_text(e, norm)})"
+            text = f"{_setting_head(sub, label)} ({eps_text(e, norm)})"
             allp = sorted(set(acc.loc[acc["attack"] == attack, "eps_key"]))
             if len(allp) > 1:
                 eps_notes.append(f"{label}: eps {eps_text(e, norm)} ({why}; present: "
@@ -250,9 +253,8 @@ def _paper_table(df: pd.DataFrame, inp: Inputs, order: List[str], ds: str, proto
     if not rows:
         return None
     cols = ["Attack", "Metric"] + order
-    pairs = list(combinations(order, 2)) if compare else []
     for a, b in pairs:
-        cols += [f"Δ {b}−{a}", f"p {b} vs {a}"]
+        cols += [delta_column(a, b), p_column(a, b)]
     out: List[Dict[str, str]] = []
     tests_used: Dict[str, List[int]] = {}
     pair_notes: List[Tuple[str, str]] = []
@@ -260,6 +262,7 @@ def _paper_table(df: pd.DataFrame, inp: Inputs, order: List[str], ds: str, proto
     for label, metric, cells in rows:
         r: Dict[str, str] = {"Attack": label if label != prev_label else "", "Metric": METRIC_LABELS.get(metric, metric)}
         prev_label = label
+        row_ns = {int(c["n"]) for c in cells.values() if pd.notna(c.get("n"))}
         for m in order:
             c = cells.get(m)
             if c is None:
@@ -269,28 +272,12 @@ def _paper_table(df: pd.DataFrame, inp: Inputs, order: List[str], ds: str, proto
             if metric in AGGREGATE_METRICS and (pd.isna(lo) or pd.isna(hi)):
                 lo, hi = interval_from_records(c, inp.records, n_boot=n_boot, seed=seed)
             r[m] = fmt_value(c["value"], lo, hi)
-        for a, b in pairs:
-            ca, cb = cells.get(a), cells.get(b)
-            dcol, pcol = f"Δ {b}−{a}", f"p {b} vs {a}"
-            if ca is None or cb is None:
-                r[dcol], r[pcol] = MISSING, "n/a"
-                continue
-            if str(ca.get("settings_id") or "") != str(cb.get("settings_id") or ""):  # as compare_models refuses it
-                r[dcol], r[pcol] = "n/a", "n/a"
-                pair_notes.append((label.split(" (")[0], f"{a} and {b} were measured under other settings: no Δ "
-                                                          f"or test between them"))
-                continue
-            comp = compare_rows(ca, cb, inp.records, n_boot=n_boot, seed=seed)
-            r[dcol], r[pcol] = fmt_delta(comp.delta), fmt_p(comp.pvalue, floor=comp.p_floor)
-            if comp.test and comp.n not in tests_used.setdefault(comp.test, []):
-                tests_used[comp.test].append(comp.n)
-            elif comp.note:
-                pair_notes.append((label.split(" (")[0], comp.note))
-            if comp.test and comp.n and any(pd.notna(c.get("n")) and int(c["n"]) != comp.n for c in (ca, cb)):
-                pair_notes.append((label.split(" (")[0], f"Δ and p on the {comp.n} samples both runs have, not on "
-                                                          f"each cell's own n"))
+            if len(row_ns) > 1 and pd.notna(c.get("n")):  # cells of other sample counts never sit side by side unsaid
+                r[m] += f" n={int(c['n'])}"
+        r.update(pair_cells(pairs, cells, inp.records, label, n_boot, seed, tests_used, pair_notes))
         out.append(r)
-    notes += ["cells: value [95% interval]; accuracies use the Wilson interval"]
+    notes += ["cells: value [95% interval] (accuracies: Wilson; mCE, AUPR: bootstrap over samples); n=… in a cell "
+              "where the models of a row ran on different numbers of samples"]
     attacked = {a for a, _, _ in shown if a not in ("clean", "converge")}
     if "worst_case" in acc.columns and acc[acc["attack"].isin(attacked)]["worst_case"].fillna(False).astype(bool).any():
         notes.append("attack rows: accuracy under the attacks shown, an upper bound on the model's robust accuracy "
@@ -305,20 +292,19 @@ def _paper_table(df: pd.DataFrame, inp: Inputs, order: List[str], ds: str, proto
         usual = int(counts.mode().iloc[0])
         odd = [f"{lab} ({'/'.join(map(str, sorted(v)))})" for lab, v in ns.items() if v != [usual]]
         notes.append(f"n: {usual} samples per row, except {', '.join(odd)}")
-    if pairs:
-        notes.append("Δ: later model minus earlier, in points; p: two-sided paired test on the same samples "
-                     "(" + "; ".join(f"{t}, n={'/'.join(map(str, sorted(n)))}" for t, n in tests_used.items()) +
-                     "); * p < 0.05"
-                     if tests_used else "Δ: later model minus earlier, in points; p: n/a (see below)")
-        by_note: Dict[str, List[str]] = {}
-        for lab, note in pair_notes:
-            if lab not in by_note.setdefault(note, []):
-                by_note[note].append(lab)
-        notes += [f"p n/a for {', '.join(labs)}: {note}" for note, labs in by_note.items()]
+    notes += pair_legend(pairs, tests_used, pair_notes)
     notes += [f"eps per attack row: {'; '.join(eps_notes)}"] if eps_notes else []
     notes += [f"settings: {'; '.join(setting_notes)}"] if setting_notes else []
     title = f"{ds} · {proto} protocol" if proto else ds
-    return Table(pd.DataFrame(out, columns=cols), title, notes)
+    glued = tuple(i for i, c in enumerate(cols) if c.startswith("p ") and cols[i - 1].startswith("Δ "))
+    return Table(pd.DataFrame(out, columns=cols), title, notes, glued=glued)
+
+
+def _setting_head(sub: pd.DataFrame, label: str) -> str:
+    """The row's name with the attack's main setting when all its rows share one: ``PGD-20``, ``SPSA-40``."""
+    settings = set(sub["setting"].astype(str)) if "setting" in sub.columns else set()
+    head = next(iter(settings)).split(" (")[0] if len(settings) == 1 else ""
+    return head if head.startswith(label) and head != label else label
 
 
 def long_table(data: Any, records: Optional[pd.DataFrame] = None, ce_baseline: Optional[str] = None) -> Table:
@@ -339,7 +325,7 @@ def long_table(data: Any, records: Optional[pd.DataFrame] = None, ce_baseline: O
     units = df["value_unit"].fillna("").astype(str) if "value_unit" in df else None  # the cost benchmark's
     if units is not None and (units != "").any():
         out.insert(out.columns.get_loc("value") + 1, "unit", units.to_numpy())
-    return Table(out.reset_index(drop=True), "", inp.notes)
+    return Table(out.reset_index(drop=True), "", inp.notes, keys=len(out.columns))
 
 
 def wide_table(data: Any, models: Optional[Sequence[str]] = None, records: Optional[pd.DataFrame] = None,
@@ -360,7 +346,8 @@ def wide_table(data: Any, models: Optional[Sequence[str]] = None, records: Optio
         out["condition"] = wide["condition"].to_numpy()
     for m in order:
         out[m] = wide[m].fillna(MISSING) if m in wide.columns else MISSING
-    return Table(out.reset_index(drop=True), "", inp.notes + ["cells: value [95% interval]"])
+    return Table(out.reset_index(drop=True), "", inp.notes + ["cells: value [95% interval] (accuracies: Wilson)"],
+                 keys=len(out.columns) - len(order))
 
 
 def tables(data: Any, layout: str = "paper", **kw: Any) -> List[Table]:

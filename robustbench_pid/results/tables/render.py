@@ -7,8 +7,9 @@ tests compare verbatim.
 from __future__ import annotations
 
 import html
+import textwrap
 from dataclasses import dataclass, field
-from typing import Any, List, Optional, Sequence
+from typing import Any, List, Optional, Sequence, Tuple
 
 import pandas as pd
 
@@ -16,6 +17,7 @@ from ...errors import UserError
 
 FORMATS = ("markdown", "latex", "csv")
 MISSING = "-"
+WIDTH = 200  # the widest line `table` prints by default: wider tables continue below, repeating their key columns
 
 
 # ----------------------------------------------------------------------------------------------
@@ -51,6 +53,8 @@ class Table:
     frame: pd.DataFrame
     title: str = ""
     notes: List[str] = field(default_factory=list)
+    keys: int = 2  # leading columns that name a row (Attack, Metric): repeated in each part of a wrapped table
+    glued: Tuple[int, ...] = ()  # columns kept in the same part as the column before them (a Δ's p)
 
     def to_markdown(self) -> str:
         return render_markdown([self])
@@ -85,21 +89,71 @@ def md_cell(s: Any) -> str:
 _md_escape = md_cell
 
 
-def render_markdown(tables: Sequence[Table]) -> str:
+def render_markdown(tables: Sequence[Table], width: Optional[int] = None) -> str:
+    """Markdown; with ``width``, a table whose lines would be wider continues below in parts (each repeating the
+    key columns, and saying which columns it holds), and notes wrap."""
     parts: List[str] = []
     for t in tables:
         lines: List[str] = []
         if t.title:
             lines += [f"### {one_line(t.title)}", ""]
-        cols = list(t.frame.columns)
-        lines.append("| " + " | ".join(_md_escape(c) for c in cols) + " |")
-        lines.append("|" + "|".join("---" for _ in cols) + "|")
-        for _, r in t.frame.iterrows():
-            lines.append("| " + " | ".join(_md_escape(r[c]) for c in cols) + " |")
+        grid = [[_md_escape(c) for c in t.frame.columns]] + \
+            [[_md_escape(v) for v in row] for row in t.frame.astype(str).itertuples(index=False)]
+        groups = column_groups(grid, t.keys, width, t.glued)
+        for k, cols in enumerate(groups):
+            if len(groups) > 1:
+                lo, hi, n = cols[t.keys] - t.keys + 1, cols[-1] - t.keys + 1, len(grid[0]) - t.keys
+                lines += ([""] if k else []) + [f"(columns {lo}-{hi} of {n}" + ("; continued below)" if k < len(groups) - 1
+                                                                                 else ")"), ""]
+            head = [grid[0][i] for i in cols]
+            lines.append("| " + " | ".join(head) + " |")
+            lines.append("|" + "|".join("---" for _ in head) + "|")
+            lines += ["| " + " | ".join(row[i] for i in cols) + " |" for row in grid[1:]]
         if t.notes:
-            lines += ["", "Notes:"] + [f"- {n}" for n in t.notes]
+            lines += ["", "Notes:"] + [ln for n in t.notes for ln in wrap_line(f"- {n}", width, "  ")]
         parts.append("\n".join(lines))
     return "\n\n".join(parts) + "\n"
+
+
+def column_groups(grid: Sequence[Sequence[str]], keys: int, width: Optional[int],
+                  glued: Sequence[int] = ()) -> List[List[int]]:
+    """Column indices of each part of a Markdown table no line of which is wider than ``width`` (None or 0: one
+    part): the ``keys`` leading columns in every part, the others in order, as many per part as fit (at least one);
+    a ``glued`` column stays with the column before it."""
+    n = len(grid[0]) if grid else 0
+    key_cols = list(range(min(keys, n)))
+    if not width or n <= len(key_cols):
+        return [list(range(n))]
+    wide = [max(len(row[i]) for row in grid) + 3 for i in range(n)]  # "| " + cell + " " per column
+    base = 1 + sum(wide[i] for i in key_cols)
+    if base + sum(wide[len(key_cols):]) <= width:
+        return [list(range(n))]
+    groups: List[List[int]] = []
+    cur: List[int] = []
+    used = base
+    units: List[List[int]] = []
+    for i in range(len(key_cols), n):
+        if i in glued and units:
+            units[-1].append(i)
+        else:
+            units.append([i])
+    for unit in units:
+        need = sum(wide[i] for i in unit)
+        if cur and used + need > width:
+            groups.append(key_cols + cur)
+            cur, used = [], base
+        cur += unit
+        used += need
+    groups.append(key_cols + cur)
+    return groups
+
+
+def wrap_line(text: str, width: Optional[int], indent: str = "  ") -> List[str]:
+    """``text`` as lines no wider than ``width`` (continuations indented; a word longer than that stays whole)."""
+    if not width or len(text) <= width:
+        return [text]
+    return textwrap.wrap(text, width=width, subsequent_indent=indent, break_long_words=False,
+                         break_on_hyphens=False) or [text]
 
 
 _LATEX_SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
@@ -149,8 +203,13 @@ def render_html(tables: Sequence[Table]) -> str:
     return "\n".join(parts)
 
 
-def render(tables: Sequence[Table], fmt: str = "markdown") -> str:
+def render(tables: Sequence[Table], fmt: str = "markdown", width: Optional[int] = None) -> str:
+    """The tables as text; ``width`` (Markdown only): no line wider, the table continuing below in parts."""
     if fmt not in FORMATS:
         raise UserError(f"unknown format {fmt!r}; valid: {', '.join(FORMATS)}")
-    return {"markdown": render_markdown, "latex": render_latex, "csv": render_csv}[fmt](tables)
+    if width is not None and (isinstance(width, bool) or not isinstance(width, int) or width < 0 or 0 < width < 40):
+        raise UserError(f"--width {width!r}: give a line width of at least 40 characters, or 0 for no wrapping")
+    if fmt == "markdown":
+        return render_markdown(tables, width)
+    return {"latex": render_latex, "csv": render_csv}[fmt](tables)
 
