@@ -79,7 +79,7 @@ def bf16(s: Settings, state: Dict[str, Any]) -> Outcome:
 def compiled(s: Settings, state: Dict[str, Any]) -> Outcome:
     fast = "bf16" if s.device.type == "cuda" else "fp32"
     if s.quick:
-        return "SKIP", f"not in --quick: compiling two 224 px models takes minutes on a CPU", {}
+        return "SKIP", "not in --quick: it compiles two 224 px models", {}
     return _rates(s, state, f"{fast} compiled", fast, compiled=True)
 
 
@@ -134,9 +134,13 @@ def calibration(s: Settings, state: Dict[str, Any]) -> Outcome:
     state["calibration"] = {"setting": best, "pair": f"{b['fwd']:g},{b['fb']:g}", "all": out}
     others = "; ".join(f"{k} {v['fwd']:g},{v['fb']:g} -> {speed.fmt_hours(v['table1_seconds'])}"
                        for k, v in out.items() if k != best)
-    line = (f"--calibration {b['fwd']:g},{b['fb']:g} ({best}): Table 1 attack rows, {b['table1_images']:,} images "
-            f"({b['passes_per_image'][0]:.0f} fwd + {b['passes_per_image'][1]:.0f} f+b per image) "
+    line = (f"--calibration {b['fwd']:g},{b['fb']:g} ({best}) prices {speed.TABLE1_WHAT} on {b['table1_images']:,} "
+            f"images ({b['passes_per_image'][0]:.0f} fwd + {b['passes_per_image'][1]:.0f} f+b per image) at "
             f"~{speed.fmt_hours(b['table1_seconds'])} on one such device" + (f"; {others}" if others else ""))
+    if s.device.type != "cuda":  # a CPU's figure is true but useless: say what the pair is for
+        line += ("; a CPU is not what Table 1 runs on: run doctor on the GPU you will use, or price a plan with that "
+                 "GPU's pair (evaluate --dry-run --calibration FWD,FB)")
+        state["calibration"]["note"] = "cpu: not a device Table 1 runs on"
     return "PASS", line, state["calibration"]
 
 

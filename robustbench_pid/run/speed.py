@@ -271,7 +271,18 @@ def cpu_model() -> str:
 
 
 def fmt_hours(seconds: float) -> str:
-    return f"{seconds / 3600:.1f} h" if seconds >= 7200 else f"{seconds / 60:.1f} min"
+    """A duration a person reads: minutes, hours, days or years (600,000 h is 68 years, not a number of hours)."""
+    if seconds < 7200:
+        return f"{seconds / 60:.1f} min"
+    if seconds < 72 * 3600:
+        return f"{seconds / 3600:.1f} h"
+    if seconds < 365 * 86400:
+        return f"{seconds / 86400:.1f} days"
+    return f"{seconds / (365.25 * 86400):.1f} years"
+
+
+TABLE1_WHAT = ("PIDformer Table 1's attack rows (clean, FGSM and PGD-20 at 1..6/255, SPSA-40 x 128 directions, SLD-20, "
+               "noise; paper protocol; no ImageNet-C/A/R/O)")
 
 
 def summary_line(per_model: Dict[str, Dict[str, float]], names: Sequence[str]) -> str:
