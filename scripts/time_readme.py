@@ -27,9 +27,9 @@ BLOCK = "readme-times"
 # (name, the command exactly as README.md spells it): tests/test_time_claims.py checks each is in README.md
 COMMANDS: List[Tuple[str, str]] = [
     ("quickstart", ".venv/bin/evaluate --model pid_deit --attack pgd"),
-    ("digits study", ".venv/bin/robustbench-pid reproduce digits-smoke --model pid_deit --limit 100 --quiet"),
+    ("digits study", ".venv/bin/robustbench-pid reproduce digits-smoke --model pid_deit --limit 100"),
     ("claims audit", ".venv/bin/robustbench-pid reproduce claims-digits --all-columns --only clean --only pgd-3 "
-                     "--limit 16 --quiet"),
+                     "--limit 16"),
     ("doctor", ".venv/bin/robustbench-pid doctor --quick"),
 ]
 

@@ -24,6 +24,7 @@ ALLOWED = {
     ("scaling.md", "= 56,139 s = 15.6 h"): "arithmetic tests/test_doctor.py recomputes",
     ("scaling.md", "about 18.0 s at the given calibration"): "arithmetic tests/test_doctor.py recomputes",
     ("scaling.md", "progress bar prints every 30 s"): "tqdm's setting in a log file",
+    ("README.md", "one line per redraw, every 30 s"): "the same setting",
     ("scaling.md", "prints CPU hours"): "a unit, no value",
 }
 

@@ -86,7 +86,10 @@ def run_doctor(device: str = "auto", quick: bool = False, json_path: Optional[Pa
         print(f"robustbench-pid doctor{' --quick' if s.quick else ''} on {dev}: {machine()}", file=out, flush=True)
         print(f"{'section':11} {'check':22} {'':4}  result", file=out)
         t0 = time.perf_counter()
-        for section, name, fn in plan(s):
+        checks = plan(s)
+        for k, (section, name, fn) in enumerate(checks, 1):
+            # which check is running, on stderr: some take minutes on a CPU, and the table row comes at its end
+            print(f"[{k}/{len(checks)}] {section} {name} ...", file=sys.stderr, flush=True)
             c = run_one(section, name, fn, s, report.state)
             report.checks.append(c)
             print(row(c), file=out, flush=True)

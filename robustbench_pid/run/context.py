@@ -55,6 +55,10 @@ class Context:
     device: torch.device
     ids: Dict[str, Any]
     progress: Any = None
+    # the bar counts image-passes (runner.unit_weight): a unit's images advance it by this weight each, up to
+    # unit_end, so its ETA is priced from the work left rather than from how fast the cheap clean pass went
+    weight: float = 1.0
+    unit_end: Optional[float] = None
     eval_model: Optional[torch.nn.Module] = None  # compiled model when --compile (clean/verdict passes)
     attack_model: Optional[torch.nn.Module] = None  # compiled model for attacks when --compile
     attack_net: Optional[torch.nn.Module] = None  # compiled ``model.net`` (paper protocol) when --compile
@@ -167,7 +171,10 @@ class Context:
 
     def advance(self, n: int) -> None:
         if self.progress is not None:
-            self.progress.update(n)
+            step = n * self.weight
+            if self.unit_end is not None:
+                step = max(0.0, min(step, self.unit_end - self.progress.n))
+            self.progress.update(step)
 
     def note(self, text: str) -> None:
         """What the unit is doing now, on the progress bar's line (a long phase inside one unit, such as a ladder

@@ -58,7 +58,7 @@ import torch
 
 from ..benchmarks import get_benchmark
 from .claims import Claims, wait_for_units
-from .dryrun import dry_run
+from .dryrun import dry_run, unit_passes
 from ..results.files.integrity import (BAD_META, CHECKSUM_KEY, MISMATCH, UNVERIFIED, problem, read_unit_bytes, warn, warn_unverified)
 from ..runtime.launcher import TORCHRUN, Launch, launch
 from .one_config import check_same_configuration
@@ -180,10 +180,11 @@ def _work(ctx: Context, out: Path, mine: List[Unit], launched: Launch) -> Tuple[
     units_dir = out / "units"
     bench = get_benchmark(spec.benchmark)
     verify_done_units(units_dir, mine)
-    total = sum(u.stop - u.start for u in mine)
-    done0 = sum(u.stop - u.start for u in mine if unit_done(units_dir, u.key))
-    desc = f"{spec.model} {spec.benchmark}" + (f" [shard {launched.index}/{launched.count}]"
-                                                if launched.count > 1 else "")
+    work = {u.key: (u.stop - u.start) * unit_weight(ctx, u) for u in mine}
+    total = sum(work.values())
+    done0 = sum(work[u.key] for u in mine if unit_done(units_dir, u.key))
+    desc = f"{spec.model} {spec.benchmark}" + (f" {out.name}" if spec.out else "") + (
+        f" [shard {launched.index}/{launched.count}]" if launched.count > 1 else "")  # a study's row: its folder
     tty = sys.stderr.isatty()
     # under torchrun one bar per node is enough (shards are balanced, so its ETA stands for all)
     show = not spec.quiet and launched.leads_node
@@ -193,8 +194,12 @@ def _work(ctx: Context, out: Path, mine: List[Unit], launched: Launch) -> Tuple[
     # one write is in flight; a unit's claim is released only once its files are in place.
     writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="unit-writer")
     inflight: List[Future] = []
-    with Claims(units_dir) as claims, tqdm(total=total, initial=done0, unit="img", disable=not show, desc=desc,
-                                           dynamic_ncols=True, mininterval=0.1 if tty else 30.0) as bar:
+    from ..runtime.progress import LogLines
+
+    with Claims(units_dir) as claims, tqdm(total=total, initial=done0, unit=" passes", unit_scale=True,
+                                           disable=not show, desc=desc, dynamic_ncols=True,
+                                           file=sys.stderr if tty else LogLines(sys.stderr),
+                                           mininterval=0.1 if tty else 30.0) as bar:
         ctx.progress = bar
         try:
             pending = [u for u in mine if not unit_done(units_dir, u.key)]
@@ -206,7 +211,7 @@ def _work(ctx: Context, out: Path, mine: List[Unit], launched: Launch) -> Tuple[
                 for span, _ in ctx.chunks(list(by_span)):
                     for u in by_span[span]:
                         if unit_done(units_dir, u.key):
-                            bar.update(u.stop - u.start)
+                            bar.update(work[u.key])
                             continue
                         if not claims.try_claim(u.key):
                             held.append(u)
@@ -214,12 +219,15 @@ def _work(ctx: Context, out: Path, mine: List[Unit], launched: Launch) -> Tuple[
                         try:
                             if unit_done(units_dir, u.key):  # finished by another process meanwhile
                                 claims.release(u.key)
-                                bar.update(u.stop - u.start)
+                                bar.update(work[u.key])
                                 continue
-                            bar.set_postfix_str(short_label(u))
+                            bar.set_postfix_str(short_label(u), refresh=tty)  # a log file: every 30 s
+                            start = bar.n
+                            ctx.weight, ctx.unit_end = unit_weight(ctx, u), start + work[u.key]
                             tu = time.time()
                             recs = _compute_records(ctx, bench, u)
                             dt = time.time() - tu
+                            bar.update(max(0.0, ctx.unit_end - bar.n))  # a unit that advanced less (or not at all)
                         except BaseException:
                             claims.release(u.key)
                             raise
@@ -244,8 +252,21 @@ def _work(ctx: Context, out: Path, mine: List[Unit], launched: Launch) -> Tuple[
                 except Exception:  # noqa: BLE001 - the original error is the one to report
                     pass
             writer.shutdown(wait=True)
-            ctx.progress = None
+            ctx.progress, ctx.weight, ctx.unit_end = None, 1.0, None
     return computed, seconds
+
+
+FB_COST = 3.0  # a forward+backward to the input in forward passes: doctor's H200 pairs give 2.3 (fp32) to 3.0 (bf16)
+
+
+def unit_weight(ctx: Context, u: Unit) -> float:
+    """Forward-pass equivalents per sample of a unit, as the dry run counts its passes: the bar's unit of work, so
+    its ETA after the clean pass (1 per image) does not promise PGD-20 (2 + 20 x 3) at the clean pass's pace."""
+    try:
+        f, b = unit_passes(ctx, u)
+    except Exception:  # noqa: BLE001 - a benchmark that cannot count its passes still runs: one per sample
+        return 1.0
+    return max(1.0, float(f) + FB_COST * float(b))
 
 
 def _by_span(units: Sequence[Unit]) -> Dict[Tuple[int, int], List[Unit]]:
