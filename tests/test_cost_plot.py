@@ -41,7 +41,30 @@ def test_the_standard_and_the_paper_protocol_are_never_one_line(tmp_path) -> Non
         rbp.evaluate(model="deit", attack="pgd", eps=["4/255"], steps=2, limit=8, protocol=proto,
                      param={"early_stop": "false"}, out=str(tmp_path / proto), quiet=True)
     fig = plot_accuracy_vs_cost(rbp.load_results(tmp_path))
+    # the paper protocol's 4/255 is in normalised units, another ball: a panel each, never one "eps 4/255" panel
+    axes = {a.get_title(): a for a in fig.axes if a.get_visible()}
+    assert sorted(axes) == ["eps 4/255 · paper protocol (normalised units)", "eps 4/255 · standard protocol"]
+    for ax in axes.values():
+        assert [c.get_label() for c in ax.containers] == ["deit · pgd"]
+        assert len(ax.containers[0].lines[0].get_xdata()) == 1 and ax.get_legend() is None
+    colours = {ax.containers[0].lines[0].get_color() for ax in axes.values()}
+    assert len(colours) == 1  # one model, one colour in every panel
+    assert len(fig.legends) == 1  # one legend, outside the panels: it covers no point
+
+
+def test_models_keep_one_colour_and_attacks_a_marker() -> None:
+    """Eleven models and two attacks in one panel: colours repeat only past ten models (then the line style
+    differs), each attack has its own marker."""
+    rows = []
+    for i in range(11):
+        for attack, f in (("pgd", 21.0), ("apgd", 41.0)):
+            for metric, v in (("top1", 50.0), ("passes_forward", f), ("passes_backward", f - 1)):
+                rows.append(dict(run_id=f"r{i}{attack}", model=f"m{i:02d}", dataset="digits", protocol="standard",
+                                 benchmark="adversarial", attack=attack, eps=4 / 255, metric=metric, value=v,
+                                 ci_low=v - 5, ci_high=v + 5, n=16, norm="linf"))
+    fig = plot_accuracy_vs_cost(pd.DataFrame(rows))
     (ax,) = [a for a in fig.axes if a.get_visible()]
-    labels = sorted(c.get_label() for c in ax.containers)
-    assert labels == ["deit · pgd (paper, digits)", "deit · pgd (standard, digits)"]
-    assert all(len(c.lines[0].get_xdata()) == 1 for c in ax.containers)
+    style = {c.get_label(): (c.lines[0].get_color(), c.lines[0].get_linestyle(), c.lines[0].get_marker())
+             for c in ax.containers}
+    assert len(style) == 22 and len(set(style.values())) == 22  # every line told apart
+    assert style["m00 · pgd"][0] == style["m00 · apgd"][0] and style["m00 · pgd"][2] != style["m00 · apgd"][2]

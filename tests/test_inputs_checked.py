@@ -202,10 +202,13 @@ def test_diagnostics_attached_and_error_finding_warned(tmp_path):
                "images (the normalisation the model was trained with), or leave mean=/std= out"),
     ("channels_last", "looks channels-last (H, W, C last); images must be (N, C, H, W) with the channels first: "
                       "pass x.permute(0, 3, 1, 2)"),
-    ("uint8_numpy", "x is torch.uint8; images must be float tensors in [0, 1]: for 0..255 pixels pass x.float() / 255"),
+    ("uint8_numpy", "x is torch.uint8; images must be float tensors in [0, 1]: for 0..255 pixels pass "
+                    "x.astype(np.float32) / 255"),  # the fix for the caller's numpy array, not a tensor's
+    ("channels_last_numpy", "looks channels-last (H, W, C last); images must be (N, C, H, W) with the channels first: "
+                            "pass x.transpose(0, 3, 1, 2)"),
     ("wrong_size", "the model failed on a batch of shape (2, 3, 4, 4)"),
     ("dataset_hwc", "data= item 0: the image has shape (8, 8, 3), which looks channels-last (H, W, C last); images "
-                    "must be (C, H, W) with the channels first: pass image.permute(2, 0, 1)"),
+                    "must be (C, H, W) with the channels first: pass image.transpose(2, 0, 1)"),
     ("registered_1_channel", "normalisation (mean=/std=) has 3 values but the images have 1 channel(s): model 'deit' "
                              "takes 3-channel images; give it 3-channel images (grayscale to RGB: x.repeat(1, 3, 1, 1))"),
 ])
@@ -220,6 +223,8 @@ def test_bad_model_outputs_and_inputs_one_error(case, says, tmp_path):
         kw.update(mean=[0, 0], std=[1, 1])
     elif case == "channels_last":
         kw["data"] = (x.permute(0, 2, 3, 1), y)
+    elif case == "channels_last_numpy":
+        kw["data"] = (x.permute(0, 2, 3, 1).numpy(), y.numpy())
     elif case == "uint8_numpy":
         kw["data"] = ((x.numpy() * 255).astype(np.uint8), y.numpy())
     elif case == "wrong_size":

@@ -43,6 +43,16 @@ def test_eps_curves_show_clean_then_each_eps(tidy):
     assert plot_eps_curves(tidy, attacks=["nope"]) is None
 
 
+def test_an_attack_run_at_one_eps_is_named_not_dropped_silently(tidy, tmp_path):
+    fig = plot_eps_curves(tidy)
+    assert fig.dropped == "not drawn, run at one eps only (see the table): NOISE"
+    assert fig._supxlabel.get_text() == fig.dropped  # said on the figure itself
+    _, notes = write_plots(tidy, tmp_path, formats=("png",))
+    assert "eps_curves_top1: not drawn, run at one eps only (see the table): NOISE" in notes
+    only_one = tidy[tidy["attack"].isin(["clean", "noise"])]  # nothing at several eps: the points are the figure
+    assert not getattr(plot_eps_curves(only_one), "dropped", None)
+
+
 def test_write_plots_png_and_svg_non_empty(tidy, tmp_path):
     paths, notes = write_plots(tidy, tmp_path)
     names = sorted(p.name for p in paths)

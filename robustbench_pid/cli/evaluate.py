@@ -68,7 +68,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     r = p.add_argument_group("running")
     r.add_argument("--out", help="run folder (default: results/<model>_<dataset>_<what>_<protocol>_<hash>)")
     r.add_argument("--batch-size", type=int, default=128, help="images per batch; 0 = largest that fits (GPU only)")
-    r.add_argument("--chunk-size", type=int, default=512, help="samples per work unit (resume granularity)")
+    r.add_argument("--chunk-size", type=int, default=512,
+                   help="samples per work unit (resume granularity); each unit seeds its own random draws, so another "
+                        "chunk size gives randomised attacks (random starts, SPSA, Square) other draws: a run folder "
+                        "keeps one")
     r.add_argument("--seed", type=int, default=0, help="seeds every random draw (>= 0)")
     r.add_argument("--device", default="auto", help="auto (a GPU when there is one), cpu, cuda or cuda:N")
     r.add_argument("--precision", default="fp32", choices=PRECISIONS,

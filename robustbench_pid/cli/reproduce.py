@@ -44,7 +44,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dry-run", action="store_true", help="print each row's plan and time estimate; compute nothing")
     p.add_argument("--calibration", metavar="FWD,FB", help="with --dry-run: price the plan at these images/s")
     p.add_argument("--batch-size", type=int, default=128)
-    p.add_argument("--chunk-size", type=int, default=512)
+    p.add_argument("--chunk-size", type=int, default=512,
+                   help="samples per work unit, as for evaluate (it seeds the units' random draws: keep one per folder)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", default="auto")
     p.add_argument("--precision", default="fp32", choices=PRECISIONS)

@@ -43,7 +43,9 @@ def as_tensor(v: Any, what: str) -> torch.Tensor:
     if isinstance(v, np.ndarray):
         if v.dtype == object:
             raise UserError(f"{what} is a numpy array of Python objects; give numbers (np.stack the images first)")
-        return torch.from_numpy(np.ascontiguousarray(v))
+        t = torch.from_numpy(np.ascontiguousarray(v))
+        t._rbp_from_numpy = True  # type: ignore[attr-defined]  # so a fix is spelled for the caller's array
+        return t
     raise UserError(f"{what} must be a torch tensor or a numpy array, got {type(v).__name__}")
 
 
@@ -57,13 +59,15 @@ def check_layout(x: torch.Tensor, what: str, channels: Optional[int] = None) -> 
     looks_last = (last in (1, 3, 4) and c not in (1, 3, 4)) or (channels is not None and c != channels
                                                                    and last == channels)
     if looks_last:
-        perm = "x.permute(0, 3, 1, 2)" if batched else "image.permute(2, 0, 1)"
+        # the fix in the caller's own type: a numpy array has transpose(axes), not permute
+        verb = "transpose" if getattr(x, "_rbp_from_numpy", False) else "permute"
+        perm = f"x.{verb}(0, 3, 1, 2)" if batched else f"image.{verb}(2, 0, 1)"
         want = "(N, C, H, W)" if batched else "(C, H, W)"
         raise UserError(f"{what} has shape {tuple(x.shape)}, which looks channels-last (H, W, C last); images must "
                         f"be {want} with the channels first: pass {perm}")
     if not x.is_floating_point():
-        raise UserError(f"{what} is {x.dtype}; images must be float tensors in [0, 1]: for 0..255 pixels pass "
-                        f"x.float() / 255")
+        fix = "x.astype(np.float32) / 255" if getattr(x, "_rbp_from_numpy", False) else "x.float() / 255"
+        raise UserError(f"{what} is {x.dtype}; images must be float tensors in [0, 1]: for 0..255 pixels pass {fix}")
 
 
 def check_range(x: torch.Tensor, what: str, sample_ids: Optional[Sequence[Any]] = None, offset: int = 0,

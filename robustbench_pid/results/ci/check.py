@@ -157,6 +157,14 @@ def current_rows(data: Any, metrics: Optional[Sequence[str]] = None,
     df = _gated(df)
     if metrics:
         df = df[df["metric"].isin(metrics)]
+    # one measurement repeated (a study's rows each recompute the clean pass on the same samples, same model): kept
+    # once; two different numbers under one key stay an error below
+    same = [c for c in ("samples_id", "checkpoint_sha256", "value", "n") if c in df.columns]
+    if same and "run_id" in df.columns:  # across runs only: a row twice in one run is a damaged input, refused below
+        as_text = df.astype({c: str for c in same + ["run_id"]})
+        repeated = as_text.duplicated(CHECK_KEY + ["_match"] + same, keep="first")
+        in_one_run = as_text.duplicated(CHECK_KEY + ["_match"] + same + ["run_id"], keep=False)
+        df = df[~(repeated & ~in_one_run)]
     dup = df.duplicated(CHECK_KEY + ["_match"], keep=False)
     if dup.any():
         d = df[dup].iloc[0]

@@ -83,6 +83,7 @@ def plot_eps_curves(data: Any, metric: str = "top1", attacks: Optional[Sequence[
     panels = sorted({(a, d, p) for a, d, p in zip(att["attack"], att["dataset"], att["protocol"])})
     multi = [k for k in panels if att[(att["attack"] == k[0]) & (att["dataset"] == k[1]) &
                                       (att["protocol"] == k[2])]["eps_key"].nunique() > 1]
+    dropped = [k for k in panels if k not in multi] if multi else []  # one eps: a point, not a curve
     panels = multi or panels
     many_ds = len({k[1] for k in panels}) > 1
     many_proto = len({k[2] for k in panels}) > 1
@@ -119,6 +120,11 @@ def plot_eps_curves(data: Any, metric: str = "top1", attacks: Optional[Sequence[
         ax.set_title(title + (f" ({', '.join(extra)})" if extra else ""))
         _accuracy_axes(ax, "eps (x/255)" if linf else "eps", f"{'top-1' if metric == 'top1' else 'top-5'} accuracy (%)")
     _finish_panels(fig, axes, len(panels), ncol, "Accuracy against perturbation size", "(shaded: 95% Wilson interval)")
+    if dropped:  # said on the figure and by figures(): an attack run at one eps is in the tables, not here
+        names = ", ".join(sorted({str(att.loc[att["attack"] == a, "attack_label"].iloc[0]) +
+                                  (f" ({p})" if many_proto else "") for a, _, p in dropped}))
+        fig.dropped = f"not drawn, run at one eps only (see the table): {names}"
+        fig.supxlabel(fig.dropped, fontsize=8)
     return fig
 
 
@@ -251,24 +257,37 @@ def plot_accuracy_vs_cost(data: Any, ce_baseline: Optional[str] = None):
     both = both[both["passes"] > 3]  # iterative: more than one forward + one backward + the verdict
     if both.empty:
         return None
-    panels = sorted(both["eps_key"].unique())
+    # a panel per eps, protocol and dataset: the paper protocol's eps is in normalised units, another ball than the
+    # standard protocol's pixel eps of the same number, so they never share a panel
+    panels = sorted({(e, p, d) for e, p, d in zip(both["eps_key"], both["protocol"], both["dataset"])})
+    many_ds = both["dataset"].nunique() > 1
+    labels = sorted(both["label"].unique())
+    colors = {m: f"C{i % 10}" for i, m in enumerate(labels)}  # one colour per model in every panel
+    marks = {a: "osD^v<>"[i % 7] for i, a in enumerate(sorted(both["attack"].unique()))}  # and a marker per attack
+    styles = {m: LINESTYLES[(i // 10) % len(LINESTYLES)] for i, m in enumerate(labels)}  # past 10 models
     fig, axes, ncol = _panel_grid(len(panels))
-    for ax, eps_key in zip(axes, panels):
-        sub = both[both["eps_key"] == eps_key]
-        many = sub["protocol"].nunique() > 1 or sub["dataset"].nunique() > 1
-        # a line per model, attack, protocol and dataset: the standard and the paper protocol are never one line
-        for i, ((label, attack, proto, ds), s) in enumerate(sub.groupby(["label", "attack", "protocol", "dataset"],
-                                                                         sort=True)):
+    handles: Dict[str, Any] = {}
+    for ax, (eps_key, proto, ds) in zip(axes, panels):
+        sub = both[(both["eps_key"] == eps_key) & (both["protocol"] == proto) & (both["dataset"] == ds)]
+        for (label, attack), s in sub.groupby(["label", "attack"], sort=True):
             s = s.sort_values("passes")
             # clipped: a tidy CSV written before wilson_interval's ends were exact can hold a bound 1e-16 past its point
             err = np.clip([s["value"] - s["ci_low"], s["ci_high"] - s["value"]], 0.0, None)
-            ax.errorbar(s["passes"], s["value"], yerr=err,
-                        marker="o", ms=3.5, capsize=2, color=f"C{i % 10}",
-                        label=f"{label} · {attack}" + (f" ({proto}, {ds})" if many else ""))
+            h = ax.errorbar(s["passes"], s["value"], yerr=err, marker=marks[attack], ms=3.5, capsize=2,
+                            color=colors[label], linestyle=styles[label], label=f"{label} · {attack}")
+            handles.setdefault(f"{label} · {attack}", h)
         first = sub.iloc[0]
         linf = norm_of(sub, str(first["attack"])) == "linf"
-        ax.set_title(f"eps {first['eps'] * 255:g}/255" if linf else f"eps {first['eps']:g}")
-        _accuracy_axes(ax, "passes per attacked sample (forward + backward)", "robust top-1 accuracy (%)")
+        eps = f"eps {first['eps'] * 255:g}/255" if linf else f"eps {first['eps']:g}"
+        units = " (normalised units)" if proto == "paper" else ""
+        ax.set_title(f"{eps} · {proto} protocol{units}" + (f" · {ds}" if many_ds else ""), fontsize=9)
+        ax.set_xlabel("passes per attacked sample (forward + backward)")
+        ax.set_ylabel("robust top-1 accuracy (%)")
+        ax.set_ylim(-2, 102)
+        ax.grid(alpha=0.3)
+    # one legend for the figure, outside the panels: it never covers a point
+    fig.legend(list(handles.values()), list(handles), loc="outside lower center", fontsize=7,
+               ncol=min(4, max(1, len(handles))))
     _finish_panels(fig, axes, len(panels), ncol, "Robust accuracy against attack cost", "(bars: 95% Wilson interval)")
     return fig
 
@@ -328,6 +347,8 @@ def figures(data: Any, ce_baseline: Optional[str] = None) -> Tuple[Dict[str, Any
             notes.append(f"{name}: skipped ({SKIP_REASONS[name]})")
         else:
             out[name] = fig
+            if getattr(fig, "dropped", None):
+                notes.append(f"{name}: {fig.dropped}")
     return out, notes
 
 
