@@ -41,9 +41,11 @@ def accuracy_legend(acc: pd.DataFrame) -> str:
     neither its steps nor its step size)."""
     lines = ["top1 / top5: accuracy in % [95% Wilson interval]; n: samples"]
     if "setting" in acc.columns:
-        seen = acc[acc["attack"].astype(str) != "clean"].drop_duplicates(["attack", "setting"])
-        lines += [f"  {a} = {s}" for a, s in zip(seen["attack"].astype(str), seen["setting"].fillna("").astype(str))
-                  if s and s.lower() != a.lower()]  # "fgsm = FGSM" says nothing
+        # the ladder's settings are the converge block's below; "fgsm = FGSM" says nothing
+        seen = acc[~acc["attack"].astype(str).isin(["clean", "converge"])].drop_duplicates(["attack", "setting"])
+        lines += [f"  {a} = {s if len(s) <= 160 else s[:157] + '...'}"
+                  for a, s in zip(seen["attack"].astype(str), seen["setting"].fillna("").astype(str))
+                  if s and s.lower() != a.lower()]
     return "\n".join(lines)
 
 
