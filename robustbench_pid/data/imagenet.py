@@ -291,7 +291,8 @@ def _imagenet_val(split: str, root: Optional[str], model_info: Dict[str, Any], s
 
         if subset is not None:
             raise UserError("imagenet: --subset draws its own sample; RobustBench's sample list is fixed: drop --subset")
-        items, extra = listed_items(r, sample_list)
+        listed, extra = listed_items(r, sample_list)
+        items = [Item(path, label, sid) for path, label, sid in listed]
         return ImageFiles("imagenet", items, tf, {"root": str(r), "transform": desc, **extra},
                           skip_unreadable=skip_unreadable)
     items = scan_wnid_folders(r, "imagenet")

@@ -18,10 +18,9 @@ from ..errors import UserError
 LISTS = ("robustbench",)  # the sample lists the imagenet dataset knows (its option ``sample_list``)
 
 
-def listed_items(root: Path, name: str) -> Tuple[List[Any], Dict[str, Any]]:
-    """The listed images under ``root`` as ``Item``s in list order, and their provenance."""
-    from .imagenet import Item
-
+def listed_items(root: Path, name: str) -> Tuple[List[Tuple[Path, int, str]], Dict[str, Any]]:
+    """The listed images under ``root`` as (path, label, sample id) in list order, and their provenance (plain
+    tuples: the imagenet dataset, which imports this module, makes its items of them)."""
     if name not in LISTS:
         raise UserError(f"imagenet: unknown sample list {name!r}; known: {', '.join(LISTS)}")
     ids = rb.imagenet_subset()
@@ -31,7 +30,7 @@ def listed_items(root: Path, name: str) -> Tuple[List[Any], Dict[str, Any]]:
         raise UserError(f"imagenet: {len(missing):,} of the {len(ids):,} images of RobustBench's ImageNet subset are "
                         f"missing from {root}, e.g. {', '.join(missing[:3])}; point --data-root at a complete copy of "
                         f"the ImageNet validation set (its val/<wnid>/*.JPEG holds all of them)")
-    items = [Item(root / i, w2i[i.split("/")[0]], i) for i in ids]
+    items = [(root / i, w2i[i.split("/")[0]], i) for i in ids]
     info = rb.facts()["imagenet_subset"]
     return items, {"sample_list": {"name": name, "source": f"{rb.source()}: {info['copied_from']}",
                                    "sha256": info["sha256"], "n": len(ids), "order": "the list's"}}
