@@ -36,11 +36,19 @@ def _options(kw: Dict[str, Any]) -> Dict[str, Any]:
     if twice:
         raise UserError(f"attack setting {twice[0]!r} is given in both params= and param=; give it once")
     params.update(given)
+    progress = kw.pop("progress", None)
     for k in kw:
         if k not in valid:
             raise UserError(f"evaluate() got an unknown option {k!r}; valid: {', '.join(sorted(valid))}, "
-                            f"data, mean, std, num_classes, name (attack settings go in params={{...}})")
-    kw.setdefault("quiet", True)
+                            f"data, mean, std, num_classes, name, progress (attack settings go in params={{...}})")
+    if progress is not None and "quiet" in kw:
+        raise UserError("evaluate(): give progress= or quiet=, not both (progress=True shows the bar, quiet=True "
+                        "shows nothing but errors)")
+    from .runtime.progress import wants_progress
+
+    # a notebook shows the run's progress by default (a cell that runs for minutes must not sit silent); a script
+    # does not unless asked (progress=True)
+    kw.setdefault("quiet", not wants_progress(progress))
     if params:
         kw["param"] = params
     return kw
@@ -62,7 +70,8 @@ def evaluate(model: ModelLike, attack: Union[None, str, Sequence[str]] = None, e
     registered ``dataset`` (default ``"digits"``) is used. Any ``evaluate`` command option is a
     keyword (dashes become underscores): ``suite``, ``limit``, ``protocol``, ``steps``,
     ``batch_size``, ``out``, ``seed``, ``device``, ... Attack settings without their own option go in
-    ``params={"random_start": False}``. The run folder is in ``df.attrs["run_dir"]``.
+    ``params={"random_start": False}``. ``progress``: show the run's progress bar (True / False; default: in a
+    notebook yes, in a script no). The run folder is in ``df.attrs["run_dir"]``.
     """
     from .results.store import load_results
     from .run.runner import run as run_spec

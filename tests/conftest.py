@@ -74,3 +74,60 @@ def one_thread():
     torch.set_num_threads(1)  # subprocesses run with OMP_NUM_THREADS=1: same kernels, same floats
     yield
     torch.set_num_threads(n)
+
+
+@pytest.fixture(scope="session")
+def digits8():
+    """scikit-learn's 8x8 digits as (N, 1, 8, 8) images in [0, 1] and labels: the tiny models' data."""
+    from sklearn.datasets import load_digits
+
+    d = load_digits()
+    return torch.tensor(d.images / 16.0, dtype=torch.float32)[:, None], torch.tensor(d.target)
+
+
+@pytest.fixture(scope="session")
+def plain(digits8):
+    """A small MLP on the 8x8 digits (trained in a second): the convergence ladder's test model. Tests that wrap it
+    deep-copy it first."""
+    x, y = digits8
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 10))
+    opt = torch.optim.Adam(net.parameters(), lr=1e-2)
+    for _ in range(150):
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(net(x[200:]), y[200:]).backward()
+        opt.step()
+    return net.eval()
+
+
+# The shipped checkpoints are the project's ground truth: the whole session must leave them byte for byte as it
+# found them (a test or script that writes into checkpoints/ by accident fails the run here, on the controller
+# once every worker is done).
+_SHIPPED: dict = {}
+
+
+def _shipped_hashes() -> dict:
+    import hashlib
+
+    from robustbench_pid.hub.checkpoints import checkpoints_dir
+
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(checkpoints_dir().iterdir())
+            if p.is_file() and not p.name.endswith(".lock")}
+
+
+def pytest_sessionstart(session):
+    if not hasattr(session.config, "workerinput"):
+        _SHIPPED.update(_shipped_hashes())
+
+
+def pytest_sessionfinish(session, exitstatus):
+    if hasattr(session.config, "workerinput") or not _SHIPPED:
+        return
+    now = _shipped_hashes()
+    changed = sorted(n for n in set(_SHIPPED) | set(now) if _SHIPPED.get(n) != now.get(n))
+    if changed:
+        import sys
+
+        print(f"\nerror: the test session changed the shipped checkpoints ({', '.join(changed)}): a test wrote into "
+              f"checkpoints/; restore them with `git checkout -- checkpoints/`", file=sys.stderr)
+        session.exitstatus = 1

@@ -185,7 +185,8 @@ def test_bad_objects_are_clear_errors(net, xy):
 CHEAP = {"fgsm": {}, "pgd": {"steps": 1}, "pgd_l2": {"steps": 1, "eps": 0.5}, "sld": {"iterations": 1},
          "cw": {"steps": 1, "search_steps": 1}, "spsa": {"iterations": 1, "n_samples": 2},
          "square": {"n_queries": 2}, "noise": {}, "autoattack": {}, "apgd_ce": {"steps": 2},
-         "apgd_t": {"steps": 2, "targets": 1}, "fab_t": {"steps": 2, "targets": 1},
+         "apgd_t": {"steps": 2, "targets": 1}, "apgd_ranked": {"steps": 2, "targets": 1, "pool": 2},
+         "fab_t": {"steps": 2, "targets": 1},
          "apgd_eot": {"steps": 2, "eot_iter": 2}, "apgd_strong": {"steps": 2, "restarts": 1}}
 
 

@@ -30,6 +30,7 @@ def test_cw_in_the_paper_protocol_under_bf16_moves_its_points(deit_model, digits
 
 @pytest.mark.parametrize("classes,name,kw", [
     (3, "apgd_t", {"steps": 3}),
+    (3, "apgd_ranked", {"steps": 3, "targets": 1, "pool": 2}),
     (2, "apgd_strong", {"loss": "dlr", "steps": 3, "restarts": 1}),
     (2, "apgd_eot", {"loss": "dlr", "steps": 3, "eot_iter": 1}),
 ])

@@ -33,7 +33,7 @@ def test_every_alias_has_a_manifest_entry_whose_file_matches() -> None:
         assert set(entry["versions"]) >= {"torch", "timm", "scikit-learn", "robustbench_pid", "python"}
         assert entry["clean_test_top1"] >= 0.95 or entry.get("below_95_reason"), alias
         if alias not in PREDATE_PINNING:
-            assert entry["recipe"] == {**recipe_for(alias).__dict__}, alias
+            assert entry["recipe"] == recipe_for(alias).as_dict(), alias
             assert entry["recipe_is_pinned"] is True and entry["split"]["n_train"] == 1437
         total += path.stat().st_size
     assert total < 15e6

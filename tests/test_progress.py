@@ -91,3 +91,17 @@ def test_progress_is_on_in_a_notebook_and_off_in_a_script(monkeypatch) -> None:
     for chunk in ("\rrow:  0%| 0/4", "\rrow: 100%| 4/4   ", "\n"):
         lines.write(chunk)
     assert buf.getvalue() == "row:  0%| 0/4\nrow: 100%| 4/4\n"
+
+
+def test_the_python_api_shows_its_bar_with_progress_true_and_nothing_by_default_in_a_script(tmp_path: Path,
+                                                                                             capsys) -> None:
+    import robustbench_pid as rbp
+
+    rbp.evaluate("deit", attack="fgsm", eps="2/255", limit=4, out=tmp_path / "quiet", device="cpu")
+    assert "img" not in capsys.readouterr().err  # a script: no bar unless asked
+    rbp.evaluate("deit", attack="fgsm", eps="2/255", limit=4, out=tmp_path / "shown", device="cpu", progress=True)
+    assert "deit adversarial" in capsys.readouterr().err
+    with pytest.raises(UserError, match="give progress= or quiet=, not both"):
+        rbp.evaluate("deit", attack="fgsm", eps="2/255", limit=4, out=tmp_path / "x", progress=True, quiet=True)
+    with pytest.raises(UserError, match="progress must be True, False or None"):
+        rbp.evaluate("deit", attack="fgsm", eps="2/255", limit=4, out=tmp_path / "y", progress="yes")

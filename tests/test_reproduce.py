@@ -146,6 +146,7 @@ def test_all_columns_runs_every_column_and_refuses_one_file_for_separately_train
 
     class Args:
         all_columns, model, as_column, study = True, None, None, "rpc-table1"
+        dry_run = True  # the mapping alone: a real run would also check these (absent) weight files
         checkpoint = ["symvit=/x.pth", "rpc_symvit_all=/z.pth", "RPC-SymViT (4iter/layer1)=/a.pth",
                       "RPC-SymViT (5iter/layer1)=/b.pth", "rpc_symvit=/y.pth"]
 

@@ -28,8 +28,7 @@ def test_two_short_trainings_are_identical_bit_for_bit(tmp_path: Path) -> None:
     env = {**os.environ, "OMP_NUM_THREADS": "2"}
     subprocess.run([sys.executable, "-c", code, str(tmp_path / "b")], check=True, env=env, timeout=600)
     b = json.loads((tmp_path / "b" / "manifest.json").read_text())["pid_deit_digits"]
-    assert (tmp_path / "a" / "pid_deit_digits.safetensors").read_bytes() == \
-        (tmp_path / "b" / "pid_deit_digits.safetensors").read_bytes()
+    assert (tmp_path / "a" / a["file"]).read_bytes() == (tmp_path / "b" / b["file"]).read_bytes()
     assert a["sha256"] == b["sha256"] and a["clean_test_top1"] == b["clean_test_top1"]
     assert a["reproduces_with"] == {"threads": 1, "deterministic_algorithms": True, "device": "cpu"}
     assert a["recipe"]["threads"] == 1 and a["versions"]["torch"] == torch.__version__
@@ -50,7 +49,7 @@ def test_full_recipe_retrains_other_weights_and_records_their_accuracy(tmp_path:
     entry = train("pid_deit", None, tmp_path, log=lambda *_: None)
     shipped = json.loads((ROOT / "checkpoints" / "manifest.json").read_text())["pid_deit_digits"]
     assert entry["sha256"] != shipped["sha256"]
-    model = load_model("pid_deit", str(tmp_path / "pid_deit_digits.safetensors"))
+    model = load_model("pid_deit", str(tmp_path / entry["file"]))
     ds = load_dataset("digits", "test")
     x = torch.stack([ds[i][0] for i in range(len(ds))])
     y = torch.tensor([int(ds[i][1]) for i in range(len(ds))])

@@ -65,7 +65,9 @@ def test_wheel_install_runs_the_readme_job(tmp_path: Path) -> None:
     with zipfile.ZipFile(wheel) as z:  # every embedded file of the manifest ships, byte for byte
         names = set(z.namelist())
         manifest = json.loads(z.read("robustbench_pid/embedded_checkpoints/manifest.json"))
-        assert len(manifest) == 13
+        from robustbench_pid.models.zoo import zoo
+
+        assert len(manifest) == len(zoo.names()) == 15  # every zoo member's digits weights, the trained-to-resist pair too
         for entry in manifest.values():
             data = z.read(f"robustbench_pid/embedded_checkpoints/{entry['file']}")
             assert data == (ROOT / "checkpoints" / entry["file"]).read_bytes()

@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_every_alias_has_one_family_and_its_embedded_default_is_what_train_writes() -> None:
     members = [m for ms, _ in FAMILIES.values() for m in ms]
     assert sorted(members) == sorted(set(members)) == sorted(zoo.names()) == list(trainable())
-    assert len(members) == 13
+    assert len(members) == 15  # 13 architectures, and softmax / PID DeiT trained adversarially
     for alias in zoo.names():
         assert zoo.get(alias).default_checkpoints["digits"] == f"embedded:{embedded_name(alias)}"
 
@@ -44,8 +44,9 @@ def test_a_tiny_run_of_a_new_family_records_what_it_wrote(tmp_path: Path) -> Non
 
     entry = train("rpc_symvit_all", Recipe(epochs=1, warmup_epochs=1, batch_size=16), tmp_path,
                   log=lambda *_: None, limit=32)
-    path = tmp_path / "rpc_symvit_all_digits.safetensors"
-    assert entry["file"] == path.name and entry["sha256"] == sha256_file(path)
+    path = tmp_path / entry["file"]
+    assert entry["file"] == f"rpc_symvit_all_digits-{entry['sha256'][:12]}.safetensors"  # torch.hub's convention
+    assert entry["sha256"] == sha256_file(path)
     assert entry["family"] == "symvit" and entry["model"] == "rpc_symvit_all"
     assert entry["split"]["n_train"] == 32 and entry["split"]["n_test"] == 360
     assert entry["recipe_is_pinned"] is False and entry["recipe"]["epochs"] == 1
@@ -93,7 +94,7 @@ def test_retraining_a_family_with_its_pinned_recipe_gives_a_record_like_the_ship
     shipped = read_manifest()["symvit_digits"]
     for key in ("recipe", "split", "family", "arch", "arch_kwargs", "recipe_is_pinned"):
         assert entry[key] == shipped[key], key
-    model = load_model("symvit", str(tmp_path / "symvit_digits.safetensors"))
+    model = load_model("symvit", str(tmp_path / entry["file"]))
     ds = load_dataset("digits", "test")
     with torch.inference_mode():
         top1 = (model(ds.images).argmax(1) == ds.labels).double().mean().item()

@@ -49,6 +49,22 @@ zoo.add("pid_deit", ModelEntry(
     crop_pct={"imagenet": 0.875},
 ))
 
+# The same two architectures trained adversarially (PGD adversarial training at 8/255, the family recipe of
+# ``train/recipes.py``): the embedded models a robustness evaluation must not break easily. On ImageNet they
+# are the DeiT-tiny architectures and need --checkpoint (your adversarially trained weights).
+zoo.add("deit_at", ModelEntry(
+    "deit_at", "softmax DeiT, PGD adversarially trained (digits: 8/255)",
+    archs={"digits": "deit_digits_patch4_32", "imagenet": "deit_tiny_patch16_224"},
+    default_checkpoints={"digits": "embedded:deit_at_digits"},
+    crop_pct={"imagenet": 0.875},
+))
+zoo.add("pid_deit_at", ModelEntry(
+    "pid_deit_at", "PID DeiT, PGD adversarially trained (digits: 8/255)",
+    archs={"digits": "pid_deit_digits_patch4_32", "imagenet": "pid_deit_tiny_patch16_224"},
+    default_checkpoints={"digits": "embedded:pid_deit_at_digits"},
+    crop_pct={"imagenet": 0.875},
+))
+
 
 @dataclass(frozen=True)
 class ResolvedModel:

@@ -1,13 +1,16 @@
 """Train an embedded digits model with its family's pinned, seeded recipe (CPU, minutes).
 
-    robustbench-pid train --model deit
-    robustbench-pid train --model rpc_symvit_all
+    robustbench-pid train --model deit                      # into ./trained/ (a folder of yours)
+    robustbench-pid train --model pid_deit --adversarial    # PGD adversarial training: pid_deit_at
+    robustbench-pid train --model deit_at --into-package    # replaces a shipped model: explicit only
 
 The recipes live in ``recipes.py`` (one per family; both sides of a claim train identically).
 
-Writes ``checkpoints/<name>.safetensors`` (the bare network's state dict, timm key names) and a
-manifest entry: architecture and arguments, dataset and split, recipe, clean test top-1, sha256,
-library versions.
+Writes ``<out>/<name>-<sha256 prefix>.safetensors`` (the bare network's state dict, timm key names) and
+a manifest entry: architecture and arguments, dataset and split, recipe (with its adversarial-training
+block), clean test top-1, sha256, library versions; both in one transaction (``hub/checkpoints.py``).
+The package's own folder, whose files are the project's ground truth, is written only when asked by
+name (``into_package``); by default training goes to ``./trained``.
 
 Bit-for-bit reproducible: the recipe fixes everything the weights depend on besides the library
 versions: the seed (initialization, shuffling and augmentation draw from seeded generators), the
@@ -21,10 +24,13 @@ import platform
 import time
 from dataclasses import asdict
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Union
 
-from ..hub.checkpoints import checkpoints_dir, write_manifest_entry
-from .recipes import Recipe, embedded_name, family_of, recipe_for
+from ..errors import UserError
+from ..hub.checkpoints import checkpoints_dir, commit_checkpoint
+from .recipes import Recipe, alias_recipe, base_model, embedded_name, family_of, trainable
+
+DEFAULT_OUT = Path("trained")  # relative to the working folder, as evaluate's results/
 
 if TYPE_CHECKING:
     import torch
@@ -43,43 +49,67 @@ def _shift(x: torch.Tensor, max_shift: int, gen: torch.Generator) -> torch.Tenso
     return torch.stack([pad[i, :, dy[i]:dy[i] + h, dx[i]:dx[i] + w] for i in range(n)])
 
 
-def train(model: str, recipe: Optional[Recipe] = None, out_dir: Optional[Path] = None,
-          log: Any = print, limit: Optional[int] = None) -> Dict[str, Any]:
-    """Train ``model`` (default: its family's pinned recipe) and record it in ``out_dir``'s manifest.
+def output_folder(out_dir: Optional[Union[str, Path]], into_package: bool) -> Path:
+    """Where a training run writes: ``out_dir`` (default ``./trained``), or the package's checkpoints folder
+    when ``into_package``; the package folder under another name is refused (it is the project's ground truth)."""
+    shipped = checkpoints_dir()
+    if into_package:
+        if out_dir is not None:
+            raise UserError("--into-package writes the package's own checkpoints folder; drop --out (or drop "
+                            "--into-package to train into a folder of yours)")
+        return shipped
+    if out_dir is not None and str(out_dir).strip() == "":
+        raise UserError("--out '' names no folder; pass a folder for the checkpoint (default: ./trained)")
+    folder = Path(out_dir) if out_dir is not None else DEFAULT_OUT
+    if folder.resolve() == shipped.resolve():
+        raise UserError(f"--out {folder} is the package's shipped checkpoints folder, whose files are the project's "
+                        f"ground truth; to replace a shipped model pass --into-package instead of --out, otherwise "
+                        f"pick a folder of yours (default: ./trained)")
+    return folder
 
-    ``limit`` trains on the first N training digits only (smoke tests); the manifest says so.
+
+def train(model: str, recipe: Optional[Recipe] = None, out_dir: Optional[Union[str, Path]] = None,
+          log: Any = print, limit: Optional[int] = None, into_package: bool = False) -> Dict[str, Any]:
+    """Train ``model`` (default: its pinned recipe) and record it in ``out_dir``'s manifest (default
+    ``./trained``; the package's own folder only with ``into_package``).
+
+    ``model`` is a family member (``deit``) or one trained adversarially (``pid_deit_at``, ``fan_at``: the
+    base's recipe plus PGD adversarial training). ``limit`` trains on the first N training digits only (smoke
+    tests); the manifest says so.
     """
     import torch
 
-    family_of(model)  # refuses a model without a recipe before touching torch settings
-    recipe = recipe or recipe_for(model)
+    base_model(model)  # refuses a model without a recipe before touching torch settings
+    recipe = recipe or alias_recipe(model)
     if limit is not None and limit < 1:
-        from ..errors import UserError
         raise UserError(f"--limit {limit}: train on at least 1 image")
+    out = output_folder(out_dir, into_package)
+    if out.exists() and not out.is_dir():
+        raise UserError(f"--out {out} is a file, not a folder; pass a folder (it is created if missing)")
 
     threads, deterministic = torch.get_num_threads(), torch.are_deterministic_algorithms_enabled()
     torch.set_num_threads(recipe.threads)
     torch.use_deterministic_algorithms(True)
     try:
-        return _train(model, recipe, out_dir, log, limit)
+        return _train(model, recipe, out, log, limit)
     finally:
         torch.set_num_threads(threads)
         torch.use_deterministic_algorithms(deterministic)
 
 
-def _train(model: str, recipe: Recipe, out_dir: Optional[Path], log: Any, limit: Optional[int]) -> Dict[str, Any]:
+def _train(model: str, recipe: Recipe, out_dir: Path, log: Any, limit: Optional[int]) -> Dict[str, Any]:
     import torch
     import torch.nn.functional as F
 
     from ..core.version import __version__
     from ..data import load_dataset
-    from ..loaders import sha256_file
+    from ..models.wrapper import Normalized
     from ..models.zoo import build_model, resolve_model, robustness_settings
+    from .adversarial import adversarial_batch
 
     torch.manual_seed(recipe.seed)
-    res = resolve_model(model, "digits")
+    res = resolve_model(base_model(model), "digits")
     name = embedded_name(model)
-    assert res.checkpoint == f"embedded:{name}", (model, res.checkpoint)  # the zoo loads what train writes
     net = build_model(res.arch, num_classes=10, **res.arch_kwargs)
     cfg = net.pretrained_cfg
     mean = torch.tensor(cfg["mean"]).view(1, -1, 1, 1)
@@ -104,6 +134,9 @@ def _train(model: str, recipe: Recipe, out_dir: Optional[Path], log: Any, limit:
         for s in range(steps_per_epoch):
             idx = perm[s * recipe.batch_size:(s + 1) * recipe.batch_size]
             xb = _shift(x_train[idx], recipe.max_shift, gen)
+            if recipe.adversarial is not None:
+                xb = adversarial_batch(Normalized(net, cfg["mean"], cfg["std"]), xb, y_train[idx], recipe.adversarial,
+                                       epoch, gen)
             loss = F.cross_entropy(net((xb - mean) / std), y_train[idx], label_smoothing=recipe.label_smoothing)
             opt.zero_grad(set_to_none=True)
             loss.backward()
@@ -119,35 +152,27 @@ def _train(model: str, recipe: Recipe, out_dir: Optional[Path], log: Any, limit:
     top1 = (pred == test_ds.labels).float().mean().item()
     log(f"[{model}] clean test top-1 {100 * top1:.2f}% on {len(test_ds)} images")
 
-    out_dir = Path(out_dir or checkpoints_dir())
-    out_dir.mkdir(parents=True, exist_ok=True)
     from safetensors.torch import save_file
-
-    path = out_dir / f"{name}.safetensors"
-    tmp = path.with_suffix(".safetensors.tmp")
-    save_file({k: v.contiguous() for k, v in net.state_dict().items()}, str(tmp))
-    tmp.chmod(0o644)  # safetensors writes owner-only; the file ships to every user
-    tmp.replace(path)
     import sklearn
     import timm
 
     entry = {
-        "file": path.name,
-        "sha256": sha256_file(path),
         "model": model,
         "arch": res.arch,
         "arch_kwargs": {**res.arch_kwargs, **robustness_settings(net)},
         "dataset": "digits",
         "split": train_ds.provenance | {"n_train": len(y_train), "n_test": len(test_ds)},
-        "family": family_of(model),
-        "recipe": asdict(recipe),
-        "recipe_is_pinned": recipe == recipe_for(model) and limit is None,
+        "family": family_of(model if model in trainable() else base_model(model)),
+        "recipe": recipe.as_dict(),
+        "recipe_is_pinned": recipe == alias_recipe(model) and limit is None,
         "clean_test_top1": round(top1, 6),
         "train_seconds": round(time.time() - t0, 1),
         "reproduces_with": {"threads": recipe.threads, "deterministic_algorithms": True, "device": "cpu"},
         "versions": {"robustbench_pid": __version__, "torch": torch.__version__, "timm": timm.__version__,
                      "scikit-learn": sklearn.__version__, "python": platform.python_version()},
     }
-    write_manifest_entry(name, entry, out_dir)
+    state = {k: v.contiguous() for k, v in net.state_dict().items()}
+    entry = commit_checkpoint(out_dir, name, lambda p: save_file(state, str(p)), entry)
+    log(f"[{model}] wrote {out_dir / entry['file']} (manifest: {out_dir / 'manifest.json'})")
     return entry
 

@@ -4,13 +4,49 @@ A family is the set of models a claim compares: every member trains with the sam
 robustness difference between the two sides of a claim comes from the architecture, not from the
 training. RPC-AsymViT (``rpc_deit``, ``rpc_symasym_deit``) is compared against softmax DeiT, so it
 belongs to the DeiT family.
+
+Adversarial training (``train --adversarial``, or an ``_at`` member such as ``pid_deit_at``) is the
+family's recipe plus an :class:`Adversarial` block: PGD adversarial training (Madry et al. 2018), each
+batch replaced by PGD points at the training eps, with the eps ramped up over the first epochs (a small
+ViT trained on full-eps PGD from the first step collapses to a constant prediction; the ramp is the usual
+remedy, e.g. in the RobustBench ViT entries' recipes).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Dict, Tuple
+import math
+from dataclasses import asdict, dataclass, fields, replace
+from typing import Any, Dict, Optional, Tuple
 
 from ..errors import UserError
+
+AT_SUFFIX = "_at"  # the alias of a family member trained adversarially: deit -> deit_at
+
+
+@dataclass(frozen=True)
+class Adversarial:
+    """PGD adversarial training: every training batch is replaced by PGD points (L-inf, [0, 1] pixels)."""
+
+    eps: float = 8 / 255
+    steps: int = 7
+    step_size: float = 2 / 255  # Madry's CIFAR-10 recipe: 7 steps of 2/255 at 8/255
+    eps_warmup_epochs: int = 10  # eps rises linearly from eps/eps_warmup_epochs to eps over these epochs
+
+    def __post_init__(self) -> None:
+        for name in ("eps", "step_size"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or not 0 < v <= 1:
+                raise UserError(f"adversarial training {name}={v!r} must be a finite number in (0, 1] (pixels in "
+                                f"[0, 1]); fix --adv-{name.replace('_', '-')}")
+        if self.steps < 1 or self.eps_warmup_epochs < 0:
+            raise UserError(f"adversarial training needs steps >= 1 and eps_warmup_epochs >= 0, got steps="
+                            f"{self.steps}, eps_warmup_epochs={self.eps_warmup_epochs}; fix --adv-steps / "
+                            f"--adv-eps-warmup-epochs")
+
+    def eps_at(self, epoch: int) -> float:
+        """The training eps of ``epoch`` (0-based): the ramp, then the full eps."""
+        if self.eps_warmup_epochs <= 0 or epoch >= self.eps_warmup_epochs:
+            return self.eps
+        return self.eps * (epoch + 1) / self.eps_warmup_epochs
 
 
 @dataclass(frozen=True)
@@ -26,15 +62,27 @@ class Recipe:
     max_shift: int = 2  # random translation by up to this many pixels (zero padding)
     seed: int = 0
     threads: int = 1  # CPU threads for training: part of the result (see loop.py)
+    adversarial: Optional[Adversarial] = None  # PGD adversarial training; None: standard training
 
     def __post_init__(self) -> None:
         for name in ("epochs", "batch_size", "threads"):
             if getattr(self, name) < 1:
                 raise UserError(f"recipe {name}={getattr(self, name)} must be >= 1; fix --{name.replace('_', '-')}")
+        for name in ("lr", "weight_decay", "label_smoothing"):  # inf or nan would train an all-NaN network
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+                raise UserError(f"recipe {name}={v!r} must be a finite number; fix --{name.replace('_', '-')}")
         if self.warmup_epochs < 0 or self.max_shift < 0 or not self.lr > 0 or self.weight_decay < 0 \
                 or not 0 <= self.label_smoothing < 1:
             raise UserError(f"recipe out of range ({self}); warmup_epochs, max_shift, weight_decay >= 0, "
                             f"lr > 0 and 0 <= label_smoothing < 1")
+
+    def as_dict(self) -> Dict[str, Any]:
+        """The manifest's record: a standard recipe without the ``adversarial`` key (as recorded before it existed)."""
+        d = asdict(self)
+        if self.adversarial is None:
+            d.pop("adversarial")
+        return d
 
 
 # family -> (members, recipe). The DeiT family keeps the recipe the shipped deit / pid_deit were trained
@@ -44,6 +92,7 @@ class Recipe:
 # claims compare members of one family only, never across families. One thread: the float sums then
 # do not depend on how work is split, and a shared, oversubscribed CPU gives two OpenMP threads no
 # speed-up (here an epoch went from 3 s to over 20 s with two threads once other jobs ran).
+# "deit_at": softmax and PID DeiT trained adversarially with one recipe (the pair the claims audit compares).
 SHORT = Recipe(epochs=40)
 FAMILIES: Dict[str, Tuple[Tuple[str, ...], Recipe]] = {
     "deit": (("deit", "pid_deit", "rpc_deit", "rpc_symasym_deit"), Recipe()),
@@ -51,6 +100,7 @@ FAMILIES: Dict[str, Tuple[Tuple[str, ...], Recipe]] = {
     "symvit": (("symvit", "rpc_symvit", "rpc_symvit_all"), SHORT),
     "fan": (("fan", "pid_fan"), SHORT),
     "symfan": (("symfan", "rpc_fan"), SHORT),
+    "deit_at": (("deit_at", "pid_deit_at"), Recipe(adversarial=Adversarial())),
 }
 
 
@@ -61,16 +111,49 @@ def family_of(model: str) -> str:
     raise UserError(f"no training recipe for model {model!r}; trainable: {', '.join(trainable())}")
 
 
-def recipe_for(model: str) -> Recipe:
-    """The pinned recipe of ``model``'s family."""
-    return FAMILIES[family_of(model)][1]
+def recipe_for(model: str, adversarial: bool = False) -> Recipe:
+    """The pinned recipe of ``model``'s family; ``adversarial``: with the default PGD adversarial training
+    added (the pinned recipe of a family whose members are not shipped adversarially trained)."""
+    recipe = FAMILIES[family_of(model)][1]
+    if adversarial and recipe.adversarial is None:
+        recipe = replace(recipe, adversarial=Adversarial())
+    return recipe
 
 
 def trainable() -> Tuple[str, ...]:
     return tuple(sorted(m for members, _ in FAMILIES.values() for m in members))
 
 
-def embedded_name(model: str) -> str:
-    """The checkpoint name (``embedded:NAME``, ``checkpoints/NAME.safetensors``) of a family alias."""
+def base_model(model: str) -> str:
+    """The zoo alias whose architecture ``model`` trains: ``pid_deit_at`` -> ``pid_deit``, ``fan_at`` -> ``fan``."""
+    if model.endswith(AT_SUFFIX) and model[:-len(AT_SUFFIX)] in trainable():
+        return model[:-len(AT_SUFFIX)]
     family_of(model)
+    return model
+
+
+def trained_alias(model: str, adversarial: bool) -> str:
+    """The alias a training run produces: ``train --model fan --adversarial`` trains ``fan_at``."""
+    family_of(model)
+    if adversarial and not model.endswith(AT_SUFFIX):
+        return model + AT_SUFFIX
+    return model
+
+
+def alias_recipe(alias: str) -> Recipe:
+    """The pinned recipe of a trained alias: a family member's, or (``fan_at``) its base's plus adversarial training."""
+    if alias in trainable():
+        return recipe_for(alias)
+    return recipe_for(base_model(alias), adversarial=True)
+
+
+def embedded_name(model: str) -> str:
+    """The checkpoint name (``embedded:NAME`` in a manifest) of a trained alias (a family member, or a member
+    with the ``_at`` suffix: trained adversarially)."""
+    base_model(model)
     return f"{model}_digits"
+
+
+def recipe_fields() -> Tuple[str, ...]:
+    """The recipe settings the command line can override (the adversarial block has its own ``--adv-*``)."""
+    return tuple(f.name for f in fields(Recipe) if f.name != "adversarial")
