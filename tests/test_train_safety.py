@@ -168,3 +168,25 @@ def test_any_family_trains_adversarially_reproducibly_and_records_the_recipe(tmp
     with torch.inference_mode():
         top1 = (model(ds.images).argmax(1) == ds.labels).double().mean().item()
     assert abs(top1 - a["clean_test_top1"]) < 1e-6
+
+
+def test_a_run_shorter_than_the_warmup_scales_it_says_so_and_logs_every_epoch(tmp_path, monkeypatch, capsys):
+    """--epochs 2 with the recipe's warmup_epochs 5 would warm up for the whole run (the learning rate never decays):
+    the warm-up keeps the recipe's share (5 of 80 -> 0 epochs), a note says so, the manifest records it, and each
+    epoch prints a line with the time left; an explicit --warmup-epochs is kept as given."""
+    monkeypatch.chdir(tmp_path)
+    pinned = alias_recipe("deit")
+    assert main(["train", "--model", "deit", "--epochs", "2", "--batch-size", "16", "--limit", "16"]) == 0
+    io = capsys.readouterr()
+    scaled = int(2 * pinned.warmup_epochs / pinned.epochs)
+    assert (f"--epochs 2 is not longer than the recipe's warmup_epochs {pinned.warmup_epochs}" in io.err
+            and f"warming up for {scaled} epoch(s)" in io.err)
+    assert [ln.split(" loss")[0] for ln in io.out.splitlines() if " epoch " in ln] == ["[deit] epoch 1/2",
+                                                                                      "[deit] epoch 2/2"]
+    assert all("s left)" in ln for ln in io.out.splitlines() if " epoch " in ln)
+    entry = json.loads((tmp_path / "trained" / "manifest.json").read_text())["deit_digits"]
+    assert entry["recipe"]["warmup_epochs"] == scaled
+    assert main(["train", "--model", "deit", "--epochs", "2", "--warmup-epochs", "2", "--batch-size", "16",
+                 "--limit", "16", "--out", "again"]) == 0
+    assert "warming up" not in capsys.readouterr().err
+    assert json.loads((tmp_path / "again" / "manifest.json").read_text())["deit_digits"]["recipe"]["warmup_epochs"] == 2

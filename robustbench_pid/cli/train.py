@@ -54,5 +54,22 @@ def run(a: argparse.Namespace) -> int:
     recipe = Recipe(**{**asdict(pinned), **overrides, "adversarial": None})
     if pinned.adversarial is not None:
         recipe = replace(recipe, adversarial=replace(pinned.adversarial, **adv))
+    recipe = _scaled_warmup(recipe, pinned, overrides)
     train(model, recipe, a.out, limit=a.limit, into_package=a.into_package)
     return 0
+
+
+def _scaled_warmup(recipe, pinned, overrides):
+    """``--epochs`` at or below the recipe's warm-up would spend the whole run warming up (the learning rate never
+    decays): the warm-up keeps the pinned recipe's share of the epochs instead, and says so. ``--warmup-epochs``
+    given explicitly is kept as it is."""
+    import sys
+    from dataclasses import replace
+
+    if "warmup_epochs" in overrides or recipe.warmup_epochs < recipe.epochs:
+        return recipe
+    warm = int(recipe.epochs * pinned.warmup_epochs / pinned.epochs)
+    print(f"note: --epochs {recipe.epochs} is not longer than the recipe's warmup_epochs {recipe.warmup_epochs}, so "
+          f"the learning rate would never decay; warming up for {warm} epoch(s) instead (the recipe's "
+          f"{pinned.warmup_epochs} of {pinned.epochs}, scaled; pass --warmup-epochs N to choose)", file=sys.stderr)
+    return replace(recipe, warmup_epochs=warm)

@@ -144,8 +144,9 @@ def _train(model: str, recipe: Recipe, out_dir: Path, log: Any, limit: Optional[
             sched.step()
             total_loss += loss.item() * len(idx)
         history.append(total_loss / len(y_train))
-        if (epoch + 1) % 10 == 0 or epoch == recipe.epochs - 1:
-            log(f"[{model}] epoch {epoch + 1}/{recipe.epochs} loss {history[-1]:.4f} ({time.time() - t0:.0f}s)")
+        spent = time.time() - t0  # every epoch: a person waits on each, and the ETA comes from their own rate
+        log(f"[{model}] epoch {epoch + 1}/{recipe.epochs} loss {history[-1]:.4f} ({spent:.0f}s, about "
+            f"{spent / (epoch + 1) * (recipe.epochs - epoch - 1):.0f}s left)")
     net.eval()
     with torch.inference_mode():
         pred = net((test_ds.images - mean) / std).argmax(1)
