@@ -34,14 +34,16 @@ CRITERIA = "converged at or below AutoAttack, within 0.5 pt of the reference, st
 def criteria(r) -> List[tuple]:
     """The criteria for one (model, eps) (``CRITERIA``): (name, holds, by how much it misses where it does)."""
     return [("<= AA", r.converged <= r.autoattack + 1e-9, f"{r.converged - r.autoattack:+.2f} pt"),
-            ("ref +-0.5", abs(r.converged - r.reference) <= 0.5 + 1e-9, f"{r.converged - r.reference:+.2f} pt"),
+            ("ref +-0.5", None if pd.isna(r.reference) else abs(r.converged - r.reference) <= 0.5 + 1e-9,
+             "not run" if pd.isna(r.reference) else f"{r.converged - r.reference:+.2f} pt"),
             ("converged", r.status == "converged", r.status),
             ("bwd <= AA/3", r.ladder_bwd <= r.aa_bwd / 3 + 1e-9, f"{r.ladder_bwd / r.aa_bwd:.2f} of AA"),
             ("fwd <= AA/5", r.ladder_fwd <= r.aa_fwd / 5 + 1e-9, f"{r.ladder_fwd / r.aa_fwd:.2f} of AA")]
 
 
 def _checks(r) -> str:
-    return ", ".join(f"{name} {'yes' if ok else f'NO ({miss})'}" for name, ok, miss in criteria(r))
+    return ", ".join(f"{name} {'yes' if ok else f'NO ({miss})' if ok is not None else miss}"
+                     for name, ok, miss in criteria(r))
 
 
 def _wall(r) -> str:
@@ -50,13 +52,24 @@ def _wall(r) -> str:
     return f"{r.ladder_seconds:.0f} s / {r.aa_seconds:.0f} s = {r.wall_ratio:.2f}"
 
 
+def earlier_ladder(out: Path, model: str, eps: str) -> bool:
+    """Was the cell's ladder run before the current design (no ``sweep_steps`` among its recorded settings)?"""
+    import json
+
+    from robustbench_pid.results.store import load_records
+
+    r = load_records(cell_dir(out, model, eps) / "converge")
+    c = r[r["attack"] == "converge"]
+    return "sweep_steps" not in json.loads(str(c["params"].iloc[0])).get("ladder", {})
+
+
 def _table(bench: pd.DataFrame) -> str:
     lines = ["| model | eps | n | PGD-20 | converged | status | AutoAttack | reference | ladder fwd / bwd per sample | "
              "AutoAttack fwd / bwd per sample | ladder / AA fwd, bwd | wall ladder / AA | criteria |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in bench.itertuples():
         lines.append(f"| {r.model} | {r.eps} | {r.n} | {r.pgd20:.2f} | {r.converged:.2f} | {r.status} | "
-                     f"{r.autoattack:.2f} | {r.reference:.2f} | {r.ladder_fwd:.0f} / {r.ladder_bwd:.0f} | "
+                     f"{r.autoattack:.2f} | {'not run' if pd.isna(r.reference) else f'{r.reference:.2f}'} | {r.ladder_fwd:.0f} / {r.ladder_bwd:.0f} | "
                      f"{r.aa_fwd:.0f} / {r.aa_bwd:.0f} | {r.ladder_fwd / r.aa_fwd:.2f}, {r.ladder_bwd / r.aa_bwd:.2f} | "
                      f"{_wall(r)} | {_checks(r)} |")
     return "\n".join(lines)
@@ -82,29 +95,43 @@ def _rungs(out: Path, bench: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
+# the grid: the embedded pair at the papers' 1..6/255 on 360 digits; the adversarially trained pair at its training
+# eps (8/255, where it is built to resist: most samples robust, AutoAttack at its most expensive, about 40 CPU minutes
+# per 120 images on one core, hence the first 120) and twice it (16/255, where PGD-20 leaves about 60%: many samples
+# near the boundary, the stop rule's hardest case)
+GRID = {"deit": [f"{e}/255" for e in range(1, 7)], "pid_deit": [f"{e}/255" for e in range(1, 7)],
+        "deit_at": ["8/255", "16/255"], "pid_deit_at": ["8/255", "16/255"]}
+GRID_N = {"deit_at": 120, "pid_deit_at": 120}  # images per cell where not 360
+PAIRS = (("deit", "pid_deit", "softmax DeiT", "PID DeiT"),
+         ("deit_at", "pid_deit_at", "softmax DeiT (PGD-AT)", "PID DeiT (PGD-AT)"))
+
+
 def _paired(out: Path, eps_list: List[str]) -> str:
-    """PID DeiT minus softmax DeiT, under PGD-20 (rung 0) and converged, McNemar on shared samples."""
+    """PID DeiT minus softmax DeiT (and the pair trained adversarially), under PGD-20 (rung 0) and converged,
+    McNemar on shared samples."""
     from robustbench_pid.core.labels import parse_eps
     from robustbench_pid.results.stats.stats import mcnemar_exact
     from robustbench_pid.results.store import load_records
 
-    lines = ["| eps | measure | n | softmax DeiT | PID DeiT | PID - softmax (pt) | only softmax / only PID robust | "
-             "McNemar p |", "|---|---|---|---|---|---|---|---|"]
-    for e in eps_list:
-        eps = parse_eps(e)
-        if not all((cell_dir(out, m, e) / "bench.csv").is_file() for m in ("deit", "pid_deit")):
-            continue
-        for label, col in (("PGD-20", "rung0_correct_top1"), ("converged", "correct_top1")):
-            v = {}
-            for m in ("deit", "pid_deit"):
-                r = load_records(cell_dir(out, m, e) / "converge")
-                c = r[(r["benchmark"] == "converge") & ((r["eps"] - eps).abs() < 1e-9)]
-                v[m] = c.set_index(c["sample_id"].astype(str))[col].astype(bool)
-            shared = v["deit"].index.intersection(v["pid_deit"].index)
-            a, b = v["deit"].loc[shared], v["pid_deit"].loc[shared]
-            t = mcnemar_exact(a.tolist(), b.tolist())
-            lines.append(f"| {e} | {label} | {len(shared)} | {100 * a.mean():.2f} | {100 * b.mean():.2f} | "
-                         f"{100 * (b.mean() - a.mean()):+.2f} | {t.only_a} / {t.only_b} | {t.pvalue:.3g} |")
+    lines = ["| pair | eps | measure | n | softmax | PID | PID - softmax (pt) | only softmax / only PID robust | "
+             "McNemar p |", "|---|---|---|---|---|---|---|---|---|"]
+    for base, method, bname, mname in PAIRS:
+        for e in eps_list:
+            eps = parse_eps(e)
+            if not all((cell_dir(out, m, e) / "bench.csv").is_file() for m in (base, method)):
+                continue
+            for label, col in (("PGD-20", "rung0_correct_top1"), ("converged", "correct_top1")):
+                v = {}
+                for m in (base, method):
+                    r = load_records(cell_dir(out, m, e) / "converge")
+                    c = r[(r["benchmark"] == "converge") & ((r["eps"] - eps).abs() < 1e-9)]
+                    v[m] = c.set_index(c["sample_id"].astype(str))[col].astype(bool)
+                shared = v[base].index.intersection(v[method].index)
+                a, b = v[base].loc[shared], v[method].loc[shared]
+                t = mcnemar_exact(a.tolist(), b.tolist())
+                lines.append(f"| {mname} - {bname} | {e} | {label} | {len(shared)} | {100 * a.mean():.2f} | "
+                             f"{100 * b.mean():.2f} | {100 * (b.mean() - a.mean()):+.2f} | {t.only_a} / {t.only_b} | "
+                             f"{t.pvalue:.3g} |")
     return "\n".join(lines)
 
 
@@ -184,12 +211,15 @@ def render(out: Path) -> str:
     benches = [pd.read_csv(p) for p in sorted(out.glob("*@*/bench.csv"))]
     bench = pd.concat(benches, ignore_index=True)
     bench = bench.assign(_e=bench["eps"].astype(str).map(parse_eps)).sort_values(["_e", "model"]).drop(columns="_e")
+    earlier = [earlier_ladder(out, r.model, str(r.eps)) for r in bench.itertuples()]
+    bench["status"] = [f"{s} (earlier ladder)" if e else s for s, e in zip(bench["status"], earlier)]
     eps_list = list(dict.fromkeys(bench["eps"].astype(str)))
     n = sorted(set(bench["n"].astype(int)))
-    grid = [f"{m} {e}/255" for m in ("deit", "pid_deit") for e in range(1, 7)
-            if not ((bench["model"] == m) & (bench["eps"].astype(str) == f"{e}/255") & (bench["n"] == 360)).any()]
-    missing = ("the whole 360 x 1..6/255 grid ran" if not grid else
-               f"not yet run at 360 images: {', '.join(grid)}; the script resumes and adds them")
+    grid = [f"{m} {e}" for m, eps in GRID.items() for e in eps
+            if not ((bench["model"] == m) & (bench["eps"].astype(str) == e) & (bench["n"] == GRID_N.get(m, 360))).any()]
+    missing = (f"the whole grid of {sum(map(len, GRID.values()))} cells ran" if not grid else
+               f"not yet run: {', '.join(f'{c} ({GRID_N.get(c.split()[0], 360)} images)' for c in grid)}; the "
+               f"script resumes and adds them")
     cpu = "this project's CPU machine (2 cores)"
     dev = bench["device"].fillna(cpu) if "device" in bench.columns else pd.Series([cpu] * len(bench))
     where = "; ".join(
@@ -203,13 +233,17 @@ def render(out: Path) -> str:
         f"mean per sample (forward images / backward images), the load-free measure of cost; wall: compute seconds "
         f"of the ladder's and AutoAttack's work units on the same device, one thread per process "
         f"(indicative: the machine's other load is not controlled; '-' where the ladder run was made on another device "
-        f"and reused, so the two were not timed side by side). Criteria: {CRITERIA}.",
+        f"and reused, so the two were not timed side by side). Criteria: {CRITERIA}. A status marked (earlier "
+        f"ladder) comes from a run made before the current ladder (round 1's APGD-T: all 9 ranked targets x 12 "
+        f"iterations; later rounds on the samples nearest the boundary by any rung's DLR margin): that design's "
+        f"verdict, kept until the cell is run again.",
         *_chunking(bench),
         _table(bench),
         "What each rung of the ladder spent and broke (rounds >= 2 attack only the still-robust samples nearest the "
         "boundary; passes are means over all n samples of the cell, so the rungs add up to the ladder's total):",
         _rungs(out, bench),
-        "PID DeiT minus softmax DeiT on the same samples (McNemar's exact test on the discordant samples):",
+        "PID DeiT minus softmax DeiT on the same samples, trained without and with adversarial training (McNemar's "
+        "exact test on the discordant samples):",
         _paired(out, eps_list),
         "Indicators of attack failure computed by default on PGD-20 (rung 0), against \"a later rung of the ladder "
         "broke this sample\", over the samples PGD-20 left robust:",
@@ -237,20 +271,30 @@ def _chunking(bench: pd.DataFrame) -> List[str]:
             "block draws its own random starts): " + "; ".join(cells) + ". The other runs each ran in one unit."]
 
 
+def block_of(doc: Path, begin: str, end: str) -> str:
+    """The text between a generated block's markers in ``doc`` ('' without them)."""
+    text = doc.read_text()
+    return text.split(begin, 1)[1].split(end, 1)[0].strip("\n") if begin in text else ""
+
+
+def replace_block(doc: Path, begin: str, end: str, block: str, heading: str = "") -> None:
+    """Write ``block`` between the markers (appended under ``heading`` where the doc has none yet)."""
+    text = doc.read_text()
+    new = f"{begin}\n{block}\n{end}"
+    if begin in text:
+        head, rest = text.split(begin, 1)
+        text = head + new + rest.split(end, 1)[1]
+    elif heading:
+        text = text.rstrip("\n") + f"\n\n{heading}\n\n" + new + "\n"
+    else:
+        raise SystemExit(f"{doc} has no {begin!r} marker: add it where the block belongs")
+    doc.write_text(text)
+
+
 def check_doc(out: Path) -> bool:
     """Is the docs block the rendering of ``out``?"""
-    text = DOC.read_text()
-    if BEGIN not in text:
-        return False
-    return text.split(BEGIN, 1)[1].split(END, 1)[0].strip("\n") == render(out).strip("\n")
+    return BEGIN in DOC.read_text() and block_of(DOC, BEGIN, END) == render(out).strip("\n")
 
 
 def write_doc(block: str) -> None:
-    text = DOC.read_text()
-    new = f"{BEGIN}\n{block}\n{END}"
-    if BEGIN in text:
-        head, rest = text.split(BEGIN, 1)
-        text = head + new + rest.split(END, 1)[1]
-    else:
-        text = text.rstrip("\n") + "\n\n## Converged robust accuracy (`--converge`)\n\n" + new + "\n"
-    DOC.write_text(text)
+    replace_block(DOC, BEGIN, END, block, heading="## Converged robust accuracy (`--converge`)")

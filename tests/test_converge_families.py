@@ -18,27 +18,6 @@ from robustbench_pid.results.summaries.converge import BATCH_DEPENDENT, CONVERGE
 EPS = 0.1
 
 
-@pytest.fixture(scope="module")
-def digits8():
-    from sklearn.datasets import load_digits
-
-    d = load_digits()
-    return torch.tensor(d.images / 16.0, dtype=torch.float32)[:, None], torch.tensor(d.target)
-
-
-@pytest.fixture(scope="module")
-def plain(digits8):
-    x, y = digits8
-    torch.manual_seed(0)
-    net = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 10))
-    opt = torch.optim.Adam(net.parameters(), lr=1e-2)
-    for _ in range(150):
-        opt.zero_grad()
-        torch.nn.functional.cross_entropy(net(x[200:]), y[200:]).backward()
-        opt.step()
-    return net.eval()
-
-
 class _Flip(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x):  # type: ignore[override]
@@ -165,3 +144,25 @@ def test_fab_t_later_targets_attack_the_next_classes_by_logit(plain, digits8):
         two = plain(second(plain, x, y, generator=torch.Generator().manual_seed(0))).argmax(1) == y
         pair = plain(both(plain, x, y, generator=torch.Generator().manual_seed(0))).argmax(1) == y
     assert int((one & two).sum()) == int(pair.sum())  # targets 1 then 2 = the library's two-target loop
+
+
+def test_square_reports_how_near_it_came_so_the_ladder_can_rank_samples_gradients_misjudge(plain, digits8):
+    """Square's ``best_loss`` is the scale-free DLR margin at its best point: > 0 where it fooled the model, at or
+    above the clean point's margin elsewhere, and the same for the plain model and its gradient-flipped twin (a
+    search needs no gradient, so the ranking of later rounds does not rest on gradients the model can fake)."""
+    from robustbench_pid.attacks.base import dlr_losses
+
+    x, y = digits8
+    x, y = x[:48], y[:48]
+    near = {}
+    for name, model in (("plain", plain), ("flipped", Flipped(copy.deepcopy(plain)).eval())):
+        sq = make_attack("square", eps=EPS, n_queries=200)
+        x_adv = sq(model, x, y, generator=torch.Generator().manual_seed(0))
+        with torch.no_grad():
+            fooled = model(x_adv).argmax(1) != y
+            clean = dlr_losses(model(x), y)
+        near[name] = sq.stats["best_loss"]
+        assert bool(fooled.any()) and bool((~fooled).any())
+        assert bool((near[name][fooled] > 0).all()) and bool((near[name][~fooled] <= 0).all())
+        assert bool((near[name] >= clean - 1e-6).all())
+    assert torch.allclose(near["plain"], near["flipped"])

@@ -252,6 +252,15 @@ def margin_losses(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     return other - z_y
 
 
+def dlr_losses(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Per sample -(z_y - max_{j != y} z_j) / (z_(1) - z_(3)): the DLR loss, invariant to shifting and
+    scaling the logits (Croce & Hein 2020), higher = more adversarial (> 0 once misclassified)."""
+    z = logits.float()
+    top = z.sort(1, descending=True).values
+    third = top[:, min(2, z.shape[1] - 1)]
+    return margin_losses(z, y) / (top[:, 0] - third + 1e-12)
+
+
 def margin_loss(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """Summed CW margin: max_{j != y} z_j - z_y (correct for negative logits too)."""
     return margin_losses(logits, y).sum()

@@ -21,7 +21,7 @@ import torch
 
 from . import attacks
 from ._box import to_unit_box
-from .base import Attack, Bounds, project_linf
+from .base import Attack, Bounds, dlr_losses, project_linf
 from .telemetry import Counted
 
 
@@ -74,11 +74,37 @@ class Square(Attack):
         seed = seed_from(generator)
         counted = Counted(model, x)
         model, x_in, eps, back = to_unit_box(counted, x, self.eps, bounds)
-        sq = SquareAttack(model, norm="Linf", n_queries=self.n_queries, eps=eps, p_init=self.p_init,
-                          n_restarts=self.restarts, seed=seed, verbose=False, loss="margin",
-                          resc_schedule=self.rescale_schedule, device=x.device)
+        class Tracked(SquareAttack):
+            """The library's Square, keeping each run's best point of every sample it attacked (perturb returns
+            the clean image for a sample it did not fool)."""
+            runs: list = []
+
+            def attack_single_run(self, xs, ys):
+                n, best = super().attack_single_run(xs, ys)
+                self.runs.append(best)
+                return n, best
+
+        sq = Tracked(model, norm="Linf", n_queries=self.n_queries, eps=eps, p_init=self.p_init,
+                     n_restarts=self.restarts, seed=seed, verbose=False, loss="margin",
+                     resc_schedule=self.rescale_schedule, device=x.device)
+        sq.runs = []
         with torch.random.fork_rng(devices=rng_devices(x)):
             u_adv = sq.perturb(x_in, y)
+            self.stats["best_loss"] = self._nearness(model, x_in, u_adv, y, sq.runs)
             counted.settle(self.telemetry)  # per sample: each forwarded row charged to its nearest clean image
         # undo the affine map, then remove its float rounding (~1e-8) so the ball holds exactly
         return project_linf(back(u_adv), x, self.eps, bounds)
+
+    @staticmethod
+    def _nearness(model: torch.nn.Module, x_in: torch.Tensor, u_adv: torch.Tensor, y: torch.Tensor,
+                  runs: list) -> torch.Tensor:
+        """Per sample, the DLR loss (scale-free, > 0 once fooled) at the best point the first run reached: how near
+        the boundary the search came, which a convergence ladder ranks samples by for its later rounds (gradient
+        attacks fooled by the model say nothing about that). Two forward passes per sample."""
+        loss = dlr_losses(model(u_adv), y)
+        if runs:
+            attacked = (model(x_in).argmax(1) == y).nonzero().squeeze(1)  # the library attacks these, in order
+            best = runs[0]
+            if len(best) == len(attacked):
+                loss[attacked] = torch.maximum(loss[attacked], dlr_losses(model(best), y[attacked]))
+        return loss

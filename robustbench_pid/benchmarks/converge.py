@@ -28,7 +28,7 @@ from ..runtime.health import check_finite
 from ..results.report.indicators import LIBRARY_ATTACKS, TREND_TAU, loss_trend
 from ..specs import Unit, chunks
 from . import Benchmark, Column, benchmarks
-from .ladder import PROBE, Ladder, LadderSpec, RungResult, climb, run_rung
+from .ladder import PROBE, Ladder, LadderSpec, RungResult, climb, planned_round, run_rung
 from .ladder_probes import batch_dependent, gradients_unavailable, predictions_unstable
 from .adv_images import keep_adversarial
 
@@ -90,12 +90,12 @@ class Converge(Benchmark):
         them costs more than this)."""
         p = json.loads(unit.params)
         s = LadderSpec.from_options(p["ladder"])
-        # FAB-T: one Jacobian pass (forward+backward) per iteration and target, as FABT.passes() counts it
-        fwd, fb = 4.0 + 1, 3.0
+        fwd, fb = 4.0 + 1, 3.0  # the probes
         for r in range(1, s.rounds + 1):
             share = 1.0 if r == 1 else s.near_share
-            fwd += share * (1 + s.square_queries * s.square_growth ** (r - 1) + s.fab_steps * s.fab_targets)
-            fb += share * (s.steps * (1 + s.targets) + s.pool + s.fab_steps * s.fab_targets)
+            for rung in planned_round(s, float(unit.eps), r, unstable=False, no_grad=False):
+                f, b = make_attack(rung.attack, **rung.params).passes()
+                fwd, fb = fwd + share * (f + 1), fb + share * b  # + the verdict pass
         for name, params in p["rung0"]:
             f, b = make_attack(name, **params).passes()
             fwd, fb = fwd + f, fb + b

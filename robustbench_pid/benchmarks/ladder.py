@@ -11,13 +11,19 @@ attacks alone was wrong on the first adversarially trained model it met (Square 
 Rounds (``planned_round``), each rung on the samples still robust after the rungs before it:
 - rung 0 (``user``): the user's attack(s), exactly as their rows ran them;
 - round 1, on every still-robust sample: [EOT rungs when repeated clean passes disagree], APGD-CE,
-  APGD-T on the ``targets`` classes whose linearised boundary is nearest (MALT's ranking; AutoAttack
-  attacks the 9 highest logits), FAB-T, Square with a small budget, [SPSA on samples without gradients];
+  a sweep of APGD-T over all ``pool`` candidate classes in the order of their linearised boundary distance
+  (MALT's ranking; AutoAttack attacks the 9 highest logits for 100 iterations each) with only
+  ``sweep_steps`` iterations per target, FAB-T, Square with a small budget, [SPSA on samples without
+  gradients]. Why a short sweep and not two deep targets: on the zoo the class a sample breaks to is often
+  ranked 3rd to 6th, and a 12-iteration run per class found every AutoAttack break at half the passes
+  of two 100-iteration ones, which missed those ranks (docs/attacks.md);
 - round r >= 2, only if the round before broke more than the tolerance: the same four families with a
-  fresh start and a larger budget (the next ranked targets, the next FAB target, ``square_growth`` times
-  the queries) on the still-robust samples nearest the boundary (the ``near_share`` with the highest
-  targeted-margin loss APGD-T reached: A^3's observation that the samples a stronger attack still breaks
-  are those a weaker one brought closest).
+  fresh start and a larger budget (``targets`` ranked classes at the full ``steps`` each, the next ones in
+  each later round; the next FAB target; ``square_growth`` times the queries) on the still-robust samples
+  nearest the boundary (the ``near_share`` with the highest scale-free DLR margin any rung reached: APGD-T's
+  targeted margin, Square's best point; A^3's observation that the samples a stronger attack still breaks
+  are those a weaker one brought closest. Square's counts too because a model can fool the gradient
+  attacks, whose margins then say nothing about where the boundary is).
 
 Stop rule: a round in which every family had its turn and which broke at most ``tolerance(n)`` =
 max(tol_min, floor(tol_share * n)) samples ends the ladder ``converged``; after ``rounds`` rounds it is
@@ -56,9 +62,10 @@ class LadderSpec:
 
     tol_share: float = 0.001  # stop when a round breaks at most this share of the samples ...
     tol_min: int = 1  # ... or this many, whichever is larger
-    steps: int = 100  # APGD-CE / APGD-T iterations per run (AutoAttack standard)
-    targets: int = 2  # ranked APGD-T targets per round (round r: ranks (r-1)*targets+1 ...)
+    steps: int = 100  # APGD-CE and deep APGD-T iterations per run (AutoAttack standard)
     pool: int = 9  # candidate classes the ranking scores (the highest logits besides the true one)
+    sweep_steps: int = 12  # round 1's APGD-T: every ranked candidate, this many iterations each
+    targets: int = 3  # rounds >= 2: this many ranked targets at ``steps`` each (round r: ranks (r-2)*targets+1 ...)
     fab_steps: int = 50
     fab_targets: int = 1  # FAB-T targets per round (round r: the next ones by logit)
     square_queries: int = 500  # Square's queries in round 1 ...
@@ -113,10 +120,10 @@ class LadderSpec:
             v = getattr(self, f.name)
             if f.name not in ("tol_share", "tol_min", "unstable_rtol", "batch_rtol", "near_share") and v < 1:
                 raise UserError(f"--converge-opt {f.name} must be >= 1, got {v}")
-        if self.rounds * self.targets > self.pool:
-            need = self.rounds * self.targets
-            raise UserError(f"--converge-opt: {self.rounds} rounds of {self.targets} ranked targets need {need} "
-                            f"candidates but pool is {self.pool}; raise pool or lower rounds/targets")
+        if (self.rounds - 1) * self.targets > self.pool:
+            need = (self.rounds - 1) * self.targets
+            raise UserError(f"--converge-opt: {self.rounds - 1} deep rounds of {self.targets} ranked targets need "
+                            f"{need} candidates but pool is {self.pool}; raise pool or lower rounds/targets")
 
     def tolerance(self, n: int) -> int:
         """How many samples a round may still break for the ladder to count as converged."""
@@ -164,8 +171,7 @@ def planned_round(spec: LadderSpec, eps: float, r: int, unstable: bool, no_grad:
                 Rung("eot-dlr", "apgd_eot", {"eps": eps, "steps": s.eot_steps, "eot_iter": s.eot_iter, "loss": "dlr"})]
     out += [
         Rung(rung_id("apgd-ce", r), "apgd_ce", {"eps": eps, "steps": s.steps}, "ce", r, near),
-        Rung(rung_id("apgd-t", r), "apgd_ranked", {"eps": eps, "steps": s.steps, "targets": s.targets,
-                                                   "first": (r - 1) * s.targets + 1, "pool": s.pool}, "targeted", r, near),
+        Rung(rung_id("apgd-t", r), "apgd_ranked", _targeted(s, eps, r), "targeted", r, near),
         Rung(rung_id("fab-t", r), "fab_t", {"eps": eps, "steps": s.fab_steps, "targets": s.fab_targets,
                                             "first": (r - 1) * s.fab_targets + 1}, "boundary", r, near),
         Rung(rung_id("square", r), "square", {"eps": eps, "n_queries": s.square_queries * s.square_growth ** (r - 1)},
@@ -175,6 +181,13 @@ def planned_round(spec: LadderSpec, eps: float, r: int, unstable: bool, no_grad:
         out.append(Rung("spsa", "spsa", {"eps": eps, "iterations": s.spsa_iterations, "n_samples": s.spsa_samples},
                         scope="no-gradient"))
     return out
+
+
+def _targeted(s: LadderSpec, eps: float, r: int) -> Dict[str, Any]:
+    """Round 1: the short sweep over every ranked candidate; round r >= 2: the next ``targets`` ranks, deep."""
+    if r == 1:
+        return {"eps": eps, "steps": s.sweep_steps, "targets": s.pool, "first": 1, "pool": s.pool}
+    return {"eps": eps, "steps": s.steps, "targets": s.targets, "first": (r - 2) * s.targets + 1, "pool": s.pool}
 
 
 @dataclass

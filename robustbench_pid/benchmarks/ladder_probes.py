@@ -15,16 +15,7 @@ from typing import Optional
 import torch
 import torch.nn.functional as F
 
-
-def dlr_losses(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """Per sample -(z_y - max_{j != y} z_j) / (z_(1) - z_(3)): the DLR loss, invariant to shifting and
-    scaling the logits (Croce & Hein 2020), higher = more adversarial."""
-    z = logits.float()
-    top = z.sort(1, descending=True).values
-    z_y = z.gather(1, y[:, None]).squeeze(1)
-    other = z.masked_fill(F.one_hot(y, z.shape[1]).bool(), float("-inf")).amax(1)
-    third = top[:, min(2, z.shape[1] - 1)]
-    return -(z_y - other) / (top[:, 0] - third + 1e-12)
+from ..attacks.base import dlr_losses
 
 
 def gradients_unavailable(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:

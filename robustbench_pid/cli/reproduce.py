@@ -168,7 +168,7 @@ def run(args: argparse.Namespace) -> int:
                          as_column=col, protocol=args.protocol, only=args.only, skip=args.skip, model_arg=model_arg), ck)
              for model, col, ck in checkpoints]  # every column's plan checked before any runs
     table = None
-    for plan, ck in plans:
+    for c, (plan, ck) in enumerate(plans):
         opts = {k: getattr(args, k) for k in RUN_OPTIONS}
         opts["checkpoint"] = ck
         opts["model_arg"] = model_arg
@@ -178,7 +178,8 @@ def run(args: argparse.Namespace) -> int:
             study_dry_run(plan, converge=converge, **opts, calibration=args.calibration)
             continue
         if len(plans) > 1 and not args.quiet:
-            print(f"== column {plan.column.name!r}: model {plan.model}")
+            print(f"== column {c + 1} of {len(plans)}, {plan.column.name!r}: model {plan.model} (its rows are "
+                  f"numbered [k/n] below)")
         table = reproduce(plan, converge=converge, **opts)
     if args.dry_run:
         return 0

@@ -162,7 +162,7 @@ def curve(g: pd.DataFrame) -> pd.DataFrame:
 
 
 def rung_settings(g: pd.DataFrame) -> Dict[str, str]:
-    """rung id -> the settings it ran with (the attack's label, e.g. ``APGD-T-100 (targets 1-2 of 9 ranked ...)``),
+    """rung id -> the settings it ran with (the attack's label, e.g. ``APGD-T-12 (targets 1-9 of 9 ranked ...)``),
     from the units' recorded history; empty for ladders recorded before the history was kept."""
     import json
 
