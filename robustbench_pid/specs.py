@@ -7,10 +7,13 @@ from typing import Any, Dict, List, Optional, Tuple
 
 PROTOCOLS = ("standard", "paper")
 PRECISIONS = ("fp32", "bf16", "fp16")  # of the attack's forward/backward passes (verdicts are always fp32)
+DECODES = ("cpu", "gpu")  # --decode: PIL in the loader workers, or JPEG bytes decoded on the GPU (data/batch_decode.py)
 ANALYSES = ("attention",)  # --analyze: probes run on the attack's final points (robustbench_pid/probes/)
 # spec keys that do not change what a run computes (where, how fast, how it is shown): neither the run folder's
 # default name nor the one-configuration check depends on them, so a run resumes on another device or compiled
 RUNTIME_KEYS = ("out", "quiet", "num_workers", "shard", "dry_run", "calibration", "device", "compile")
+# spec keys left out of ``as_dict`` at this value, so the folders of runs made before the key existed keep their names
+OMITTED_AT = {"decode": "cpu"}
 
 
 @dataclass(frozen=True)
@@ -83,6 +86,9 @@ class RunSpec:
     converge: Optional[Dict[str, Any]] = None
     # --save-adv: every attack unit keeps its adversarial images (results/files/adversarial.py); in unit keys
     save_adv: bool = False
+    # --decode: "cpu" (PIL in the loader workers) or "gpu" (data/batch_decode.py); another decoder gives other
+    # pixels, so it is in the spec (not a runtime key) and in every unit key when not "cpu"
+    decode: str = "cpu"
 
     def as_dict(self) -> Dict[str, Any]:
         d = asdict(self)
@@ -90,4 +96,7 @@ class RunSpec:
         for key in ("analyze", "indicators", "trace", "agreement", "converge", "save_adv"):
             if not d[key] and not (key == "converge" and d[key] is not None):
                 del d[key]  # options left off: folders of runs without them keep their names
+        for key, default in OMITTED_AT.items():
+            if d.get(key) == default:
+                del d[key]
         return d

@@ -8,12 +8,16 @@ times, side by side in one run of this script, per scenario:
   evaluate  ``python -m robustbench_pid evaluate --model pid_deit --checkpoint CK --dataset imagenet
             --data-root TREE --protocol paper ...`` as a subprocess: the whole command a user pays,
             interpreter start, imports, model and data loading, run folder and tables included.
-  plain     a subprocess running torchvision ImageFolder + DataLoader (same batch, workers and
-            transform: Resize(floor(224 / 0.875) = 256, bicubic, antialias) + CenterCrop(224) +
+  plain     ``scripts/e2e_plain.py`` as a subprocess: torchvision ImageFolder + DataLoader (same batch,
+            workers and transform: Resize(floor(224 / 0.875) = 256, bicubic, antialias) + CenterCrop(224) +
             ToTensor, normalization inside the model) + the same model + the project's attack
             classes with the paper-protocol settings, top-1 counted on the device. Its time runs
             from after its imports to the last batch; its interpreter start + imports are printed
             separately.
+
+Axes: ``--decode cpu,gpu`` (a row per scenario and decoder: ``evaluate --decode gpu`` against a plain loop that
+decodes with ``torchvision.io.decode_jpeg`` on the GPU; gpu is skipped without CUDA, saying so), ``--precision``
+and ``--compile`` (both sides). ``--json FILE`` writes the rows.
 
 Scenarios: ``clean`` (decode + forward), ``pgd`` (one PGD-20 at 3/255, paper protocol: 0.15*eps
 steps, random start, every sample attacked, no early stop), ``sweep`` (FGSM and PGD at 1..6/255, 12
@@ -23,6 +27,7 @@ conditions; the plain loop decodes each image once and applies all 12 to each ba
 
     python scripts/bench_e2e.py --n 32 --batch-size 16 --workers 1 --steps 3     # CPU smoke (reduced PGD)
     python scripts/bench_e2e.py --n 5000 --batch-size 256 --workers 14           # one GPU, paper settings
+    python scripts/bench_e2e.py --n 1024 --decode cpu,gpu --precision bf16 --compile --json e2e.json  # one GPU
 
 ``--plan-table1`` instead prints the planning figure of docs/scaling.md: the forward and
 forward+backward image-passes of PIDformer Table 1 (clean, FGSM and PGD at 1..6/255, SPSA, SLD,
@@ -75,6 +80,10 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     ap.add_argument("--precision", default="fp32", choices=["fp32", "bf16", "fp16"],
                     help="attack forward/backward precision (CUDA only), passed to both sides")
     ap.add_argument("--scenarios", default=",".join(SCENARIOS), help=f"comma-separated subset of {','.join(SCENARIOS)}")
+    ap.add_argument("--decode", default="cpu", help="comma-separated decoders, cpu and/or gpu (gpu: CUDA only; skipped "
+                                                    "without it, saying so)")
+    ap.add_argument("--compile", action="store_true", help="torch.compile on both sides (evaluate --compile)")
+    ap.add_argument("--json", type=Path, help="also write the rows (and the settings) to this file")
     ap.add_argument("--reps", type=int, default=1, help="repetitions (plain, evaluate interleaved); medians reported")
     ap.add_argument("--plan-table1", action="store_true",
                     help="print the Table 1 planning figure from `evaluate --dry-run` instead of timing")
@@ -85,10 +94,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     ap.add_argument("--plan-fwd-rate", type=float, default=None,
                     help="--plan-table1: forward images/s of the target GPU (default: fb rate x the "
                          "forward+backward / forward time ratio measured here, interleaved)")
-    ap.add_argument("--plain-worker", help=argparse.SUPPRESS)  # internal: JSON settings of the plain-loop subprocess
     a = ap.parse_args(argv)
-    if a.plain_worker:
-        return a
     import torch
 
     if a.device == "auto":
@@ -115,6 +121,16 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     bad = [s for s in a.scenarios if s not in SCENARIOS]
     if bad or not a.scenarios:
         fail(f"--scenarios: unknown {', '.join(map(repr, bad)) or '(none given)'}; choose from {', '.join(SCENARIOS)}")
+    a.decode = [d.strip() for d in a.decode.split(",") if d.strip()]
+    if not a.decode or any(d not in ("cpu", "gpu") for d in a.decode):
+        fail(f"--decode {','.join(a.decode) or '(none given)'}: give cpu, gpu or cpu,gpu")
+    a.skipped = []
+    if "gpu" in a.decode and not cuda and not a.plan_table1:
+        a.skipped.append("--decode gpu: no CUDA device here (evaluate refuses it without one); its rows are not "
+                         "measured")
+        a.decode = [d for d in a.decode if d != "gpu"]
+        if not a.decode:
+            fail("--decode gpu needs a CUDA device (torch.cuda.is_available() is False); add cpu or run on a GPU")
     return a
 
 
@@ -184,11 +200,14 @@ def subprocess_env() -> Dict[str, str]:
     return env
 
 
-def evaluate_cmd(a: argparse.Namespace, tree: Path, ckpt: Path, suite: Optional[Path], out: Path) -> List[str]:
+def evaluate_cmd(a: argparse.Namespace, tree: Path, ckpt: Path, suite: Optional[Path], out: Path,
+                 decode: str = "cpu") -> List[str]:
     cmd = [sys.executable, "-m", "robustbench_pid", "evaluate", "--model", MODEL, "--checkpoint", str(ckpt),
            "--dataset", "imagenet", "--data-root", str(tree), "--protocol", "paper",
            "--batch-size", str(a.batch_size), "--workers", str(a.workers), "--device", a.device,
            "--precision", a.precision, "--quiet", "--out", str(out)]
+    cmd += ["--decode", decode] if decode != "cpu" else []
+    cmd += ["--compile"] if getattr(a, "compile", False) else []
     return cmd + (["--suite", str(suite)] if suite is not None else [])
 
 
@@ -209,72 +228,19 @@ def evaluate_top1(out: Path) -> Dict[str, float]:
     return {f"{r.attack}@{r.eps:.6f}": float(r.value) for r in s.itertuples()}
 
 
-def plain_loop(cfg: Dict[str, Any], t_script: float) -> Dict[str, Any]:
-    """The plain loop (runs in its own process): decode each image once, clean pass, every condition."""
-    import torch
-    from torchvision import datasets as tvd
-    from torchvision import transforms as T
-
-    from robustbench_pid.attacks import make_attack
-    from robustbench_pid.core.labels import parse_eps
-    from robustbench_pid.benchmarks.adversarial import protocol_params
-    from robustbench_pid.runtime.device import attack_precision
-    from robustbench_pid.core.imagenet_info import wnid_to_index
-    from robustbench_pid.models.zoo import load_model
-
-    t0 = time.perf_counter()
-    device = torch.device(cfg["device"])
-    model = load_model(MODEL, cfg["checkpoint"], "imagenet").to(device)
-    size = int(model.info["input_size"][-1])
-    interp = T.InterpolationMode[str(model.info["interpolation"]).upper()]  # bicubic for DeiT
-    tf = T.Compose([T.Resize(int(math.floor(size / model.info["crop_pct"])), interp, antialias=True),
-                    T.CenterCrop(size), T.ToTensor()])
-    w2i = wnid_to_index()
-
-    class WnidFolder(tvd.ImageFolder):  # labels = index in the 1000 sorted wnids, as the project's
-        def find_classes(self, directory: str) -> Tuple[List[str], Dict[str, int]]:
-            classes = sorted(d.name for d in os.scandir(directory) if d.is_dir())
-            return classes, {c: w2i[c] for c in classes}
-
-    ds = WnidFolder(cfg["tree"], transform=tf)
-    loader = torch.utils.data.DataLoader(ds, batch_size=cfg["batch_size"], num_workers=cfg["workers"],
-                                         pin_memory=device.type == "cuda")
-    attacks = []
-    for name, params in cfg["conditions"]:
-        settings = protocol_params(name, {**params, "eps": parse_eps(params["eps"])}, "paper")
-        attacks.append((f"{name}@{settings['eps']:.6f}", make_attack(name, **settings), torch.Generator().manual_seed(0)))
-    correct = {"clean@0.000000": torch.zeros((), dtype=torch.long, device=device)}
-    correct.update({k: torch.zeros((), dtype=torch.long, device=device) for k, _, _ in attacks})
-    n = 0
-    for x, y in loader:
-        x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
-        n += len(y)
-        with torch.inference_mode():
-            clean_logits = model(x)
-        clean_pred = clean_logits.argmax(1)  # outside inference mode: the attacks' autograd may save it
-        correct["clean@0.000000"] += (clean_pred == y).sum()
-        z = model.normalize(x) if attacks else None
-        for key, attack, gen in attacks:  # paper protocol: normalized space, no clipping, clean-prediction labels
-            with attack_precision(device, cfg["precision"]):
-                z_adv = attack(model.net, z, clean_pred, bounds=None, generator=gen)
-            with torch.inference_mode():
-                correct[key] += (model.net(z_adv).argmax(1) == y).sum()
-    top1 = {k: 100.0 * v.item() / n for k, v in correct.items()}  # the one host sync
-    work = time.perf_counter() - t0
-    return {"work_s": work, "in_script_s": time.perf_counter() - t_script, "n": n, "top1": top1}
-
-
 # --------------------------------------------------------------------------- timing
 
-def time_scenario(a: argparse.Namespace, scenario: str, tree: Path, ckpt: Path, work: Path) -> Dict[str, Any]:
+def time_scenario(a: argparse.Namespace, scenario: str, tree: Path, ckpt: Path, work: Path,
+                  decode: str = "cpu") -> Dict[str, Any]:
     conds = conditions(scenario, a.steps)
     suite = None
     if conds:
         suite = work / f"{scenario}.toml"
         write_suite(suite, conds)
     cfg = {"device": a.device, "checkpoint": str(ckpt), "tree": str(tree), "batch_size": a.batch_size,
-           "workers": a.workers, "precision": a.precision, "conditions": conds}
-    plain_cmd = [sys.executable, str(Path(__file__).resolve()), "--plain-worker", json.dumps(cfg)]
+           "workers": a.workers, "precision": a.precision, "conditions": conds, "decode": decode,
+           "compile": a.compile}
+    plain_cmd = [sys.executable, str(Path(__file__).resolve().parent / "e2e_plain.py"), json.dumps(cfg)]
     res: Dict[str, List[float]] = {"plain_wall": [], "plain_work": [], "eval_wall": [], "eval_run": []}
     top1_plain: Dict[str, float] = {}
     top1_eval: Dict[str, float] = {}
@@ -284,25 +250,25 @@ def time_scenario(a: argparse.Namespace, scenario: str, tree: Path, ckpt: Path, 
         res["plain_wall"].append(wall)
         res["plain_work"].append(got["work_s"])
         top1_plain = got["top1"]
-        out = work / f"run_{scenario}_{rep}"
-        cmd = evaluate_cmd(a, tree, ckpt, suite, out)
+        out = work / f"run_{scenario}_{decode}_{rep}"
+        cmd = evaluate_cmd(a, tree, ckpt, suite, out, decode)
         wall, _ = run_timed(cmd)
         res["eval_wall"].append(wall)
         res["eval_run"].append(float(json.loads((out / "run.json").read_text())["wall_seconds"]))
         top1_eval = evaluate_top1(out)
         shutil.rmtree(out)
     m = {k: statistics.median(v) for k, v in res.items()}
-    return {"scenario": scenario, "conditions": len(conds), **m, "top1_plain": top1_plain, "top1_eval": top1_eval,
-            "command": " ".join(cmd)}
+    return {"scenario": scenario, "decode": decode, "conditions": len(conds), **m, "top1_plain": top1_plain,
+            "top1_eval": top1_eval, "command": " ".join(cmd)}
 
 
 def print_table(a: argparse.Namespace, n: int, rows: List[Dict[str, Any]]) -> None:
-    print(f"{'scenario':9} {'conds':>5} {'plain s':>8} {'evaluate s':>10} {'ratio':>6}   "
+    print(f"{'scenario':9} {'decode':6} {'conds':>5} {'plain s':>8} {'evaluate s':>10} {'ratio':>6}   "
           f"{'plain start s':>13} {'ratio w/ starts':>15} {'eval run() s':>12} {'top-1 plain/eval (max |diff|)':>30}")
     for r in rows:
         diffs = [abs(r["top1_plain"][k] - r["top1_eval"].get(k, float("nan"))) for k in r["top1_plain"]]
         clean = f"{r['top1_plain']['clean@0.000000']:.1f}/{r['top1_eval'].get('clean@0.000000', float('nan')):.1f}"
-        print(f"{r['scenario']:9} {r['conditions']:>5} {r['plain_work']:>8.2f} {r['eval_wall']:>10.2f} "
+        print(f"{r['scenario']:9} {r['decode']:6} {r['conditions']:>5} {r['plain_work']:>8.2f} {r['eval_wall']:>10.2f} "
               f"{r['plain_work'] / r['eval_wall']:>6.3f}   {r['plain_wall'] - r['plain_work']:>13.2f} "
               f"{r['plain_wall'] / r['eval_wall']:>15.3f} "
               f"{r['eval_run']:>12.2f} {'clean ' + clean + f' ({max(diffs):.1f} pts)':>30}")
@@ -313,6 +279,15 @@ def print_table(a: argparse.Namespace, n: int, rows: List[Dict[str, Any]]) -> No
           "wall_seconds (inside run()).")
     print(f"images decoded: once per image per scenario on both sides (evaluate holds each chunk of "
           f"samples on the device for all its conditions). n = {n} images.")
+
+
+def write_json(a: argparse.Namespace, n: int, rows: List[Dict[str, Any]], where: str) -> None:
+    if a.json:
+        a.json.parent.mkdir(parents=True, exist_ok=True)
+        a.json.write_text(json.dumps({"script": "scripts/bench_e2e.py", "machine": where, "n": n,
+                                      "batch_size": a.batch_size, "workers": a.workers, "device": a.device,
+                                      "precision": a.precision, "compile": a.compile, "steps": a.steps,
+                                      "skipped": a.skipped, "rows": rows}, indent=1))
 
 
 def main_timing(a: argparse.Namespace) -> None:
@@ -336,15 +311,20 @@ def main_timing(a: argparse.Namespace) -> None:
         # load the shared libraries and the package's bytecode once, so neither side pays a cold disk cache
         run_timed([sys.executable, "-c", "import torch, torchvision, timm, pandas, robustbench_pid.run.runner"])
         print(f"# bench_e2e: PID DeiT-tiny ({MODEL}, seeded random weights), 224 px, {n} images, batch "
-              f"{a.batch_size}, workers {a.workers}, device {a.device}, precision {a.precision}, reps {a.reps}")
+              f"{a.batch_size}, workers {a.workers}, device {a.device}, precision {a.precision}"
+              f"{' + compile' if a.compile else ''}, decode {','.join(a.decode)}, reps {a.reps}")
+        for why in a.skipped:
+            print(f"# SKIPPED: {why}")
         if a.steps != PAPER_PGD_STEPS:
             print(f"# REDUCED: PGD steps {a.steps} instead of the paper's {PAPER_PGD_STEPS} (both sides)")
         print(f"# {machine()}; OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', '(unset)')}")
-        rows = []
+        rows: List[Dict[str, Any]] = []
         for s in a.scenarios:
-            rows.append(time_scenario(a, s, tree, ckpt, tmp))
-            r = rows[-1]
-            print(f"#   {s}: plain {r['plain_work']:.2f} s, evaluate {r['eval_wall']:.2f} s", flush=True)
+            for d in a.decode:
+                rows.append(time_scenario(a, s, tree, ckpt, tmp, d))
+                r = rows[-1]
+                print(f"#   {s} ({d} decode): plain {r['plain_work']:.2f} s, evaluate {r['eval_wall']:.2f} s", flush=True)
+                write_json(a, n, rows, machine())  # after every row: a run stopped at a time limit keeps its rows
         print(f"# load average after: {os.getloadavg()[0]:.1f}")
         print_table(a, n, rows)
         print(f"evaluate command (last scenario): {rows[-1]['command']}")
@@ -355,101 +335,16 @@ def main_timing(a: argparse.Namespace) -> None:
             shutil.rmtree(tmp, ignore_errors=True)
 
 
-# --------------------------------------------------------------------------- the Table 1 planning figure
-
-def fb_over_forward(ckpt: Path, device_name: str, batch: int) -> float:
-    """Time of a forward+backward-to-the-input pass over a forward pass, PID DeiT-tiny, measured
-    interleaved (``robustbench_pid.run.speed.pass_rates``, as doctor measures it; the dry run's
-    calibration times them one after the other, which a busy machine skews)."""
-    from _common import pick_device
-    from robustbench_pid.models.zoo import load_model
-    from robustbench_pid.run.speed import pass_rates, random_batch
-
-    device = pick_device(device_name)
-    model = load_model(MODEL, str(ckpt), "imagenet").to(device)
-    x, y = random_batch(batch, device)
-    r = pass_rates({"pid": model}, x, y, reps=3)["pid"]
-    return r["fb_s"] / r["fwd_s"]
-
-
-def main_plan(a: argparse.Namespace) -> None:
-    from robustbench_pid.run.speed import TABLE1_SUITE, table1_estimate
-
-    tmp = Path(tempfile.mkdtemp(prefix="bench_e2e_plan_"))
-    try:
-        tree = a.tree if a.tree is not None else tmp / "tree"
-        if not (tree.is_dir() and any(tree.iterdir())):
-            tree.mkdir(parents=True, exist_ok=True)
-            build_tree(tree, min(a.n, 64))
-        n = count_tree(tree)
-        ckpt = tmp / "pid_deit_tiny_random.pth"
-        make_checkpoint(ckpt)
-        suite = tmp / "table1.toml"
-        write_suite(suite, TABLE1_SUITE)
-        cmd = evaluate_cmd(argparse.Namespace(**{**vars(a), "precision": "fp32"}), tree, ckpt, suite, tmp / "run")
-        _, text = run_timed(cmd + ["--dry-run"])
-        tot = re.search(r"(\d+) forward and (\d+) forward\+backward image-passes", text)
-        cal = re.search(r"forward ([\d.]+) ms/img, forward\+backward ([\d.]+) ms/img", text)
-        if tot is None or cal is None:
-            fail(f"no totals/calibration line in the dry-run output:\n{text}")
-        f_n, fb_n = int(tot.group(1)) / n, int(tot.group(2)) / n
-        ratio = float(cal.group(2)) / float(cal.group(1))
-        fb_rate = a.plan_fb_rate or H100_FB_IMG_S.get(a.precision)
-        if fb_rate is None:
-            fail(f"no quoted H100 figure for --precision {a.precision}; give --plan-fb-rate")
-        measured = fb_over_forward(ckpt, a.device, a.batch_size)
-        fwd_rate = a.plan_fwd_rate or fb_rate * measured
-        units = [ln for ln in text.splitlines() if re.match(r"^[0-9a-f]{12} ", ln)]
-        per_attack: Dict[str, List[float]] = {}
-        for ln in units:
-            parts = ln.split()
-            f, b, m = float(parts[-4]), float(parts[-3]), parts[5]
-            lo, hi = (int(v) for v in m.split(":"))
-            key = parts[2]
-            acc = per_attack.setdefault(key, [0.0, 0.0])
-            acc[0] += f * (hi - lo) / n
-            acc[1] += b * (hi - lo) / n
-        big = a.plan_images
-        est = table1_estimate(fwd_rate, fb_rate, big)  # the package's estimate (doctor prints the same)
-        if (round(est["fwd_passes"]), round(est["fb_passes"])) != (round(f_n), round(fb_n)):
-            fail(f"robustbench_pid.run.speed.table1_passes counts {est['fwd_passes']:.0f} + {est['fb_passes']:.0f} "
-                 f"passes per image, the dry run {f_n:.0f} + {fb_n:.0f}")
-        total = est["seconds"]
-        print(f"# dry run: {' '.join(cmd)} --dry-run")
-        print(f"# on this machine, {n} images; dry-run calibration {cal.group(0)} (f+b / forward = {ratio:.2f}, "
-              f"timed one after the other); interleaved here, batch {a.batch_size}: f+b / forward = {measured:.2f}")
-        print(f"per image: {f_n:.0f} forward + {fb_n:.0f} forward+backward passes")
-        print(f"{'attack':8} {'fwd/img':>9} {'f+b/img':>8} {'hours':>7}")
-        for k, (f, b) in per_attack.items():
-            print(f"{k:8} {f:>9.0f} {b:>8.0f} {big * (f / fwd_rate + b / fb_rate) / 3600:>7.2f}")
-        print(f"rates: forward+backward {fb_rate:,.0f} img/s ({'given' if a.plan_fb_rate else 'issue 10, H100 ' + a.precision}), "
-              f"forward {fwd_rate:,.0f} img/s ({'given' if a.plan_fwd_rate else 'f+b rate x the f+b / forward ratio measured here, interleaved'})")
-        print(f"Table 1 (no ImageNet-C/A/R/O), {big:,} images, one GPU: {big:,} x ({f_n:.0f} / {fwd_rate:,.0f} + "
-              f"{fb_n:.0f} / {fb_rate:,.0f}) s = {total:,.0f} s = {total / 3600:.1f} h")
-        # the same figure from evaluate itself, its dry run priced at these rates (--calibration)
-        _, priced = run_timed(cmd + ["--dry-run", "--calibration", f"{fwd_rate:.6g},{fb_rate:.6g}"])
-        own = re.search(r"about ([\d.]+) (s|min|h) at the given calibration", priced)
-        if own is None:
-            fail(f"no priced total in the dry-run output:\n{priced}")
-        own_s = float(own.group(1)) * {"s": 1, "min": 60, "h": 3600}[own.group(2)] * big / n
-        print(f"  evaluate --dry-run --calibration {fwd_rate:.6g},{fb_rate:.6g} on the {n} images: {own.group(0)}; "
-              f"x {big:,} / {n} = {own_s / 3600:.1f} h")
-        print(f"  4 GPUs each redoing the whole set (the seed papers' setup): {total / 3600:.1f} h wall, "
-              f"{4 * total / 3600:.1f} GPU-hours; 4 shards of this harness: {total / 4 / 3600:.1f} h wall, "
-              f"{total / 3600:.1f} GPU-hours")
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-
-
 def main(argv: Optional[Sequence[str]] = None) -> None:
-    t_script = time.perf_counter()
     a = parse_args(argv)
-    if a.plain_worker:
-        print(json.dumps(plain_loop(json.loads(a.plain_worker), t_script)))
-        return
     if a.tree is not None and a.tree.resolve().is_relative_to(REPO):
         fail(f"--tree {a.tree} is inside the repository; put the tree outside it (e.g. /tmp/e2e_tree)")
-    (main_plan if a.plan_table1 else main_timing)(a)
+    if a.plan_table1:
+        from e2e_plan import main_plan  # the Table 1 planning figure lives apart (scripts/e2e_plan.py)
+
+        main_plan(a)
+        return
+    main_timing(a)
 
 
 if __name__ == "__main__":

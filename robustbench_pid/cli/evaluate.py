@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 from typing import Any, Dict
 
-from ..specs import PRECISIONS, PROTOCOLS
+from ..specs import DECODES, PRECISIONS, PROTOCOLS
 
 NAME = "evaluate"
 HELP = ("evaluate a model: clean accuracy plus attacks (--attack / --suite) or a benchmark, "
@@ -80,6 +80,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     r.add_argument("--compile", action="store_true",
                    help="torch.compile the model once per process, for the attacks' passes and the verdicts")
     r.add_argument("--workers", type=int, default=0, help="DataLoader workers")
+    r.add_argument("--decode", default="cpu", choices=DECODES,
+                   help="image files (the ImageNet family): cpu decodes with PIL in the workers; gpu has the workers "
+                        "read JPEG bytes and decodes, resizes and crops them in batches on the GPU (needs CUDA; other "
+                        "pixels, so recorded in the spec and run.json: a run folder keeps one decoder)")
     r.add_argument("--shard", help="i/n: compute only this shard's work units (merge afterwards)")
     r.add_argument("--quiet", action="store_true", help="no progress bar")
     r.add_argument("--dry-run", action="store_true",

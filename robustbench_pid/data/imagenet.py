@@ -232,6 +232,10 @@ class ImageFiles(Dataset):
         tf = self.transforms.get(it.condition, self.transform)
         return tf(img), it.label
 
+    def encoded(self, i: int) -> Tuple[Path, str, int]:
+        """(file, transform kind, label) of sample i: what ``--decode gpu`` reads (``batch_decode``)."""
+        return self.items[i].path, "eval", self.items[i].label
+
 
 def load_image(path: Path) -> Any:
     from PIL import Image

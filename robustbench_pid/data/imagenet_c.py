@@ -139,6 +139,12 @@ class ImageNetCFiles(Dataset):
                             f"ImageNet-C file is; replace it with the file from the ImageNet-C archive")
         return self.transforms.get(cond, self.transform)(img), self.key_labels[i % len(self.keys)]
 
+    def encoded(self, i: int) -> Tuple[Path, str, int]:
+        """(file, transform kind, label) of sample i for ``--decode gpu``: the clean condition takes the model's
+        eval transform, the corrupted files ImageNet-C's (``batch_decode.tensor_steps``)."""
+        cond = self.conds[i // len(self.keys)][0]
+        return self.path(i), "eval" if cond == "clean" else "c", self.key_labels[i % len(self.keys)]
+
 
 def _keys(root: Path) -> List[str]:
     """Sorted "<wnid>/<file>" of a <wnid>/<image> tree, with the usual checks (names the path)."""

@@ -106,10 +106,18 @@ def decode(s: Settings, state: Dict[str, Any]) -> Outcome:
     runs = {w: decode_rate(tree, w, batch=min(32, s.tree_images), pin_memory=s.device.type == "cuda") for w in counts}
     best = max(runs.values(), key=lambda r: r["img_s"])
     data = {"images": st["images"], "mean_kb": round(st["mean_kb"], 1), "rates": {str(w): r for w, r in runs.items()},
-            "best_workers": best["workers"], "best_img_s": best["img_s"]}
-    state.setdefault("speed", {})["decode"] = data
+            "best_workers": best["workers"], "best_img_s": best["img_s"], "best_decode": "cpu"}
     line = (f"{st['images']} JPEGs ({st['mean_kb']:.0f} KB) through the imagenet dataset: "
             + ", ".join(f"{w} worker{'' if w == 1 else 's'} {r['img_s']:.0f} img/s" for w, r in runs.items()))
+    if s.device.type == "cuda":  # --decode gpu: the workers read bytes, the GPU decodes (data/batch_decode.py)
+        w = max(counts)
+        gpu = decode_rate(tree, w, batch=min(256, s.tree_images), decode="gpu", device=str(s.device))
+        data["gpu_rates"] = {str(w): gpu}
+        line += f"; --decode gpu, {w} worker{'' if w == 1 else 's'}: {gpu['img_s']:.0f} img/s"
+        if gpu["img_s"] > best["img_s"]:
+            best = gpu
+            data["best_decode"] = "gpu"
+    state.setdefault("speed", {})["decode"] = data
     fwd = state["speed"].get("fp32 eager", {}).get(PID, {}).get("fwd")
     if fwd and best["img_s"] < fwd:
         return "WARN", line + f"; below PID DeiT-tiny's {fwd:.0f} fwd img/s: clean passes wait on decoding", data

@@ -20,6 +20,7 @@ from torch.utils.data import DataLoader
 
 from ..benchmarks import Batch, check_options, get_benchmark
 from ..data import dataset_info, load_dataset
+from ..data.batch_decode import BatchDecoder, EncodedFiles, check_decode, collate_encoded
 from ..runtime.device import check_precision, find_batch_size, pick_device, wants_channels_last
 from ..errors import UserError, without_worker_traceback
 from ..runtime.launcher import launch
@@ -64,6 +65,7 @@ class Context:
     attack_net: Optional[torch.nn.Module] = None  # compiled ``model.net`` (paper protocol) when --compile
     batch_size: int = 0
     channels_last: bool = False
+    decoder: Any = None  # --decode gpu: data/batch_decode.BatchDecoder (the loader then yields file bytes)
     _plan: _BatchPlan = field(default_factory=_BatchPlan, repr=False)
     _loader: Optional[DataLoader] = field(default=None, repr=False)
     _held: Dict[Span, List[Batch]] = field(default_factory=dict, repr=False)  # the chunk on the device
@@ -78,10 +80,11 @@ class Context:
     def loader(self) -> DataLoader:
         if self._loader is None:
             w = self.spec.num_workers
+            encoded = self.decoder is not None
             self._loader = DataLoader(
-                self.dataset, batch_sampler=self._plan, num_workers=w,
+                EncodedFiles(self.dataset) if encoded else self.dataset, batch_sampler=self._plan, num_workers=w,
                 pin_memory=self.device.type == "cuda", persistent_workers=w > 0,
-                prefetch_factor=4 if w > 0 else None,
+                prefetch_factor=4 if w > 0 else None, **({"collate_fn": collate_encoded} if encoded else {}),
             )
         return self._loader
 
@@ -137,8 +140,7 @@ class Context:
         workers = self.spec.num_workers > 0
         if workers:
             host = read_ahead(host, depth=max(per_span, default=1), name="chunk-reader")
-        on_device = (Batch(x.to(self.device, non_blocking=True).float().contiguous(memory_format=fmt),
-                           y.to(self.device, non_blocking=True).long(),
+        on_device = (Batch(self._images(x).contiguous(memory_format=fmt), y.to(self.device, non_blocking=True).long(),
                            [self.dataset.sample_ids[i] for i in idx], {}) for idx, x, y in host)
         try:
             for span, n_batches in zip(spans, per_span):
@@ -149,6 +151,12 @@ class Context:
                 chunk.fill()  # batches no unit asked for: the pass moves on to the next span
         finally:
             host.close()  # stops and joins the reading thread before the loader can be reused
+
+    def _images(self, x: Any) -> torch.Tensor:
+        """A host batch as float images on the device: copied, or (--decode gpu) decoded there from file bytes."""
+        if self.decoder is not None:
+            return self.decoder(x)
+        return x.to(self.device, non_blocking=True).float()
 
     def generator(self, unit: Unit) -> torch.Generator:
         """The unit's generator: on the CPU whatever the run's device (attacks draw on it and move
@@ -205,6 +213,9 @@ def _host_batches(plan: List[List[int]], loaded: Iterator[Any], dataset: Any = N
     for k, (idx, (x, y)) in enumerate(zip(plan, loaded)):
         if len(y) != len(idx):
             raise RuntimeError(f"data loader returned {len(y)} of {len(idx)} samples of batch {idx[:3]}...")
+        if not isinstance(x, torch.Tensor):  # --decode gpu: file bytes, decoded later as uint8 / 255, in [0, 1]
+            yield idx, x, y
+            continue
         check_range(x, f"dataset {name!r}, batch {k + 1} (positions {idx[0]}..{idx[-1]})",
                     [ids[i] for i in idx] if ids is not None else idx,
                     fix=RANGE_FIX_OBJECT if from_object else RANGE_FIX_DATASET)
@@ -290,6 +301,8 @@ def check_arguments(spec: RunSpec, data: Any = None) -> torch.device:
         dataset_info(spec.dataset)  # unknown dataset -> clear error
     device = pick_device(spec.device)
     check_precision(device, spec.precision)
+    check_decode(getattr(spec, "decode", "cpu"), spec.dataset if data is None else None, spec.benchmark,
+                 device.type, data_object=data is not None)
     if spec.batch_size == 0 and device.type != "cuda":
         raise UserError("--batch-size 0 (find automatically) needs a GPU; on CPU give a number, e.g. --batch-size 64")
     return device
@@ -348,6 +361,8 @@ def prepare(spec: RunSpec, model: Optional[torch.nn.Module] = None, data: Any = 
     if batch_size == 0:
         batch_size = find_batch_size(model, tuple(model.info["input_size"]), device, spec.precision)
     ctx = Context(spec, model, ds, list(range(n)), device, ids, batch_size=batch_size, channels_last=channels_last)
+    if getattr(spec, "decode", "cpu") == "gpu" and hasattr(ds, "encoded"):  # a dry run without data reads no files
+        ctx.decoder = BatchDecoder({k: v for k, v in model.info.items() if v is not None}, device)
     if spec.compile:
         # Compiled once here, on the run's own model object, and reused by every unit (compilation
         # happens lazily at the first call; batch-size changes trigger one dynamic recompile).

@@ -15,7 +15,7 @@ from typing import Any, Dict, List
 
 from ..errors import UserError
 from ..results.files.run_files import read_json
-from ..specs import RUNTIME_KEYS
+from ..specs import OMITTED_AT, RUNTIME_KEYS
 
 
 def _show(v: Any) -> str:
@@ -41,6 +41,8 @@ def _eps_list(spec: Dict[str, Any]) -> List[Any]:
 def spec_differences(old: Dict[str, Any], new: Dict[str, Any]) -> List[str]:
     """``name: old -> new`` for each setting of the two specs that differs (runtime keys left out)."""
     out = []
+    old = {**OMITTED_AT, **old}  # a key a spec leaves out at its default (decode: cpu) differs from another value
+    new = {**OMITTED_AT, **new}
     for k in sorted(set(old) | set(new)):
         if k in RUNTIME_KEYS or old.get(k) == new.get(k):
             continue

@@ -29,6 +29,8 @@ def unit_key(ctx: Any, u: Unit) -> str:
         "bench_opts": ctx.spec.benchmark_options,
         **({"analyze": sorted(ctx.spec.analyze)} if ctx.spec.analyze else {}),  # units then write more files
         **({"save_adv": True} if getattr(ctx.spec, "save_adv", False) else {}),  # so do these (their images)
+        # another decoder gives other pixels: another measurement (cpu, the default, keeps the keys it had)
+        **({"decode": ctx.spec.decode} if getattr(ctx.spec, "decode", "cpu") != "cpu" else {}),
         **({"evidence": [ctx.spec.indicators, ctx.spec.trace, ctx.spec.agreement]}
            if ctx.spec.indicators or ctx.spec.trace or ctx.spec.agreement else {}),
         # data objects (rbp.evaluate(data=...)) are known by their content, not by a name

@@ -16,6 +16,7 @@ import pandas as pd
 import torch
 
 from ..core.version import __version__
+from ..data.batch_decode import decode_provenance
 from ..errors import UserError
 from .context import Context
 from .suites import leaderboard_provenance
@@ -73,6 +74,7 @@ def run_provenance(ctx: Context, spec: RunSpec, out: Path, units: List[Unit]) ->
                                   "num_classes")},
         "dataset": spec.dataset, "split": spec.split, "data_root": spec.data_root,
         "dataset_provenance": getattr(ctx.dataset, "provenance", {}), "n_samples": len(ctx.indices),
+        "decode": decode_provenance(getattr(spec, "decode", "cpu"), ctx.decoder),
         "limit": spec.limit, "protocol": spec.protocol, "benchmark": spec.benchmark,
         "attacks": [{"attack": a.attack, **a.params} for a in spec.attacks], "suite": spec.suite,
         **({"leaderboard": board} if board else {}),

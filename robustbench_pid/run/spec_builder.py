@@ -189,7 +189,7 @@ def build_spec(model: str, *, attack: Union[None, str, Sequence[str]] = None, ep
                analyze: Union[None, str, Sequence[str]] = None,
                indicators: bool = False, trace: bool = False, agreement: int = 0, converge: bool = False,
                converge_tol: Union[None, float, str] = None, converge_opt: KeyValues = None,
-               save_adv: bool = False) -> RunSpec:
+               save_adv: bool = False, decode: str = "cpu") -> RunSpec:
     """The RunSpec for these settings (keywords = the ``evaluate`` flags with underscores; ``param``,
     ``model_arg`` and ``bench_opt`` take a mapping or KEY=VALUE strings).
 
@@ -202,7 +202,8 @@ def build_spec(model: str, *, attack: Union[None, str, Sequence[str]] = None, ep
     ``analyze``: probes run on the attack's final points (``"attention"``: docs/benchmarks.md).
     ``converge``: the convergence ladder per eps (docs/attacks.md); ``converge_tol`` its stop share,
     ``converge_opt`` its other settings (``benchmarks/ladder.py`` ``LadderSpec``). ``save_adv``: keep every
-    attack unit's adversarial images (``results/files/adversarial.py``)."""
+    attack unit's adversarial images (``results/files/adversarial.py``). ``decode``: ``"gpu"`` decodes the image
+    files on the GPU (``data/batch_decode.py``; refused without CUDA)."""
     from ..benchmarks import check_dataset
     from ..data import dataset_info
 
@@ -250,6 +251,10 @@ def build_spec(model: str, *, attack: Union[None, str, Sequence[str]] = None, ep
                                               dry_run)
     if dataset_options:
         options["dataset"] = dataset_options
+    from ..data import datasets
+    from ..data.batch_decode import check_decode
+
+    check_decode(decode, dataset, benchmark, device, data_object=dataset not in datasets)
     return RunSpec(
         model=model, checkpoint=checkpoint, checkpoint_dir=str(checkpoint_dir) if checkpoint_dir else None,
         dataset=dataset, split=split, data_root=data_root, protocol=protocol,
@@ -258,7 +263,7 @@ def build_spec(model: str, *, attack: Union[None, str, Sequence[str]] = None, ep
         seed=seed, device=device, precision=precision, compile=compile, num_workers=workers,
         out=Path(out) if out is not None else None, allow_pickle=allow_pickle, strict=not non_strict,
         shard=shard, quiet=quiet, arch_kwargs=arch_kwargs, analyze=analyses, indicators=bool(indicators),
-        trace=bool(trace), agreement=int(agreement), converge=ladder, save_adv=save_adv,
+        trace=bool(trace), agreement=int(agreement), converge=ladder, save_adv=save_adv, decode=decode,
     )
 
 

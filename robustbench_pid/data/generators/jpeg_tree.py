@@ -74,22 +74,31 @@ def tree_stats(root: Path) -> Dict[str, float]:
 
 
 def decode_rate(root: Path, workers: int, batch: int = 32, model_info: Dict[str, Any] = MODEL_INFO_224,
-                pin_memory: bool = False) -> Dict[str, float]:
+                pin_memory: bool = False, decode: str = "cpu", device: str = "cpu") -> Dict[str, float]:
     """Images/s of the data path alone: the project's ImageNet dataset (decode, resize, crop, to
     tensor) through a DataLoader with ``workers`` worker processes, one pass over the tree, worker
-    start-up included (as a run pays it once)."""
+    start-up included (as a run pays it once). ``decode="gpu"``: the workers read bytes and
+    ``batch_decode.BatchDecoder`` decodes each batch on ``device`` (what ``--decode gpu`` runs), timed to the
+    last batch's images on the device."""
     import torch
 
     from .. import load_dataset
+    from ..batch_decode import BatchDecoder, EncodedFiles, collate_encoded
 
     ds = load_dataset("imagenet", root=str(root), model_info=model_info)
-    loader = torch.utils.data.DataLoader(ds, batch_size=batch, num_workers=workers, pin_memory=pin_memory)
+    dev = torch.device(device)
+    decoder = BatchDecoder(model_info, dev) if decode == "gpu" else None
+    loader = torch.utils.data.DataLoader(EncodedFiles(ds) if decoder else ds, batch_size=batch, num_workers=workers,
+                                         pin_memory=pin_memory, **({"collate_fn": collate_encoded} if decoder else {}))
     t = time.perf_counter()
     n = 0
     for x, _ in loader:
+        x = decoder(x) if decoder is not None else x
         n += len(x)
+    if dev.type == "cuda":
+        torch.cuda.synchronize(dev)
     s = time.perf_counter() - t
-    return {"images": n, "seconds": s, "img_s": n / s, "workers": workers}
+    return {"images": n, "seconds": s, "img_s": n / s, "workers": workers, "decode": decode, "device": str(dev)}
 
 
 def sensible_workers(cores: int) -> int:
