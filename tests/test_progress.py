@@ -105,3 +105,22 @@ def test_the_python_api_shows_its_bar_with_progress_true_and_nothing_by_default_
         rbp.evaluate("deit", attack="fgsm", eps="2/255", limit=4, out=tmp_path / "x", progress=True, quiet=True)
     with pytest.raises(UserError, match="progress must be True, False or None"):
         rbp.evaluate("deit", attack="fgsm", eps="2/255", limit=4, out=tmp_path / "y", progress="yes")
+
+
+def test_each_ladder_rung_reports_its_progress(plain, digits8, tmp_path: Path, monkeypatch) -> None:
+    """A --converge run names every rung on the progress line as it starts and as its batches finish: the round,
+    the rung, samples attacked and broken so far, and the rung's own ETA (issue 46: the ladder sat silent behind a
+    finished bar)."""
+    import robustbench_pid as rbp
+    from robustbench_pid.run.context import Context
+
+    seen: list = []
+    monkeypatch.setattr(Context, "note", lambda self, text: seen.append(text))
+    x, y = digits8
+    rbp.evaluate(model=plain, data=(x[:24], y[:24]), attack="pgd", eps=0.1, steps=5, converge=True, progress=True,
+                 converge_opt={"steps": 10, "sweep_steps": 4, "fab_steps": 5, "square_queries": 50},
+                 out=tmp_path / "run", name="mlp", mean=[0.0], std=[1.0])
+    rungs = {t.split(": ")[0].split()[-1] for t in seen}
+    assert {"apgd-ce", "apgd-t", "fab-t", "square"} <= rungs, seen
+    assert all("attacked" in t and "broken" in t and "rung ETA" in t and " round " in t for t in seen)
+    assert any(t.split(": ")[1].startswith("0/") for t in seen)  # said as the rung starts, before its first batch
