@@ -30,8 +30,10 @@ ROOT = Path(__file__).resolve().parents[1]
 CLAIMS_RUN = ROOT / "docs" / "runs" / "claims-digits"
 REFERENCE = ["reproduce", "claims-digits", "--all-columns", "--chunk-size", "120", "--quiet",
              "--out", "docs/runs/claims-digits"]
-CONVERGED_ROWS = ["pgd-4"]  # every model's converged rows in the reference run (5 to 30 CPU minutes a model)
+CONVERGED_ROWS = ["pgd-4"]  # every model's converged rows in the reference run
 PAIR_ROWS = [f"pgd-{e}" for e in range(1, 7)]  # PID DeiT vs softmax DeiT: converged at every eps
+AT_PAIR = ("deit_at", "pid_deit_at")  # the pair trained adversarially: also converged at its training eps
+AT_ROWS = ["pgd-8"]
 
 
 def _only(rows: Sequence[str]) -> List[str]:
@@ -40,7 +42,8 @@ def _only(rows: Sequence[str]) -> List[str]:
 
 REFERENCE_CONVERGED = [
     [*REFERENCE[:3], "--converge", *_only(CONVERGED_ROWS), *REFERENCE[3:]],
-    *([*REFERENCE[:2], "--model", m, "--converge", *_only(PAIR_ROWS), *REFERENCE[3:]] for m in ("deit", "pid_deit"))]
+    *([*REFERENCE[:2], "--model", m, "--converge", *_only(PAIR_ROWS), *REFERENCE[3:]] for m in ("deit", "pid_deit")),
+    *([*REFERENCE[:2], "--model", m, "--converge", *_only(AT_ROWS), *REFERENCE[3:]] for m in AT_PAIR)]
 
 
 def imagenet_command() -> str:
@@ -76,6 +79,9 @@ def weights_table() -> str:
         total += size
         fam = e.get("family", "deit")
         note = " (trained before pinned threads)" if e.get("reproduces_with") is None else ""
+        adv = e["recipe"].get("adversarial")
+        if adv:
+            note += f", PGD adversarial training at {adv['eps'] * 255:g}/255"
         lines.append(f"| `{alias}` | {fam} ({e['recipe']['epochs']} epochs){note} | `{e['file']}` | "
                      f"{100 * e['clean_test_top1']:.2f}% | {e['train_seconds']:.0f} | {size / 1e6:.2f} MB |")
     lines += ["", f"All embedded weights together: {total / 1e6:.2f} MB. Train seconds are wall-clock on the machine "
@@ -129,8 +135,18 @@ def ladder_status(alias: str, row: str) -> str:
     found = sorted(CLAIMS_RUN.glob(f"{alias}@*/converged/{row}/records.parquet"))
     if not found:
         return ""
-    r = pd.read_parquet(found[0], columns=["attack", "converge_status"])
-    return condition_status(r[r["attack"] == "converge"])
+    import json
+
+    r = pd.read_parquet(found[0])  # condition_status reads the rounds (history, verdicts) too
+    r = r[r["attack"] == "converge"]
+    status = condition_status(r)
+    try:
+        earlier = "sweep_steps" not in json.loads(str(r["params"].iloc[0]))["ladder"]
+    except (KeyError, ValueError, IndexError, TypeError):
+        earlier = False
+    # a ladder recorded before the current design (the four-family rule, round 1's sweep of all ranked targets):
+    # said, not hidden
+    return f"{status} (earlier ladder)" if earlier else status
 
 
 def claims_block() -> str:
@@ -157,8 +173,8 @@ def claims_block() -> str:
     cmds = "; ".join(f"`robustbench-pid {' '.join(c)}`" for c in REFERENCE_CONVERGED)
     out = [f"Reference run: `robustbench-pid {' '.join(REFERENCE)}` ({', '.join(map(str, n))} test digits per row, "
            f"{study.protocol} protocol, CPU), then the converged values: {cmds}. {converged_scope(study)} The ladder "
-           f"costs 5 to 30 CPU minutes per model and row on this machine's 2 cores; the rest of the grid is the same "
-           f"command with more `--only` rows (or a GPU). {scope} "
+           f"cost {ladder_minutes()} CPU minutes per model and row (each run's run.json, compute_seconds); the rest "
+           f"of the grid is the same command with more `--only` rows (or a GPU). {scope} "
            f"Difference = method - baseline top-1 in points on the same images, [95% interval of the paired "
            f"difference], p = McNemar's exact test. Paper-protocol attack rows are upper bounds on robust accuracy "
            f"under one attack with the papers' settings; a converged value is the per-sample worst case over the "
@@ -184,6 +200,7 @@ def claims_block() -> str:
         out.append(sentence(claim, group) + converged_sentence(group, conv.get(claim, []), models))
         out.append("")
     out += pair_table(study, by, conv, models)
+    out += pair_table(study, by, conv, models, AT_PAIR, ["pgd-4", *AT_ROWS])
     out += [f"- {x}" for x in notes if not _by_design(x, study, models)]
     return "\n".join(out).rstrip("\n")
 
@@ -192,13 +209,13 @@ def sentence(claim: str, group: Sequence) -> str:
     row = {c.row: c for c in group}
     c0 = group[0]
     v, where = verdict(group)
-    pgd = [row[f"pgd-{e}"] for e in range(1, 7) if f"pgd-{e}" in row]
+    pgd = [c for c in group if c.row.startswith("pgd-")]
     fgsm_gains = sum(1 for c in group if c.row.startswith("fgsm-") and c.verdict == "gain")
     if not pgd:
         return f"**{claim}** ({c0.source}; {c0.method} vs {c0.baseline}): no PGD-20 row in the reference run yet."
     lo, hi = min(pgd, key=lambda c: c.diff), max(pgd, key=lambda c: c.diff)
     what = {"holds": "the gain holds: the method is significantly better (McNemar p < 0.05) under PGD-20 at every "
-                     "eps 1..6/255",
+                     "eps of the study",
             "shrinks": f"the gain shrinks: significant under PGD-20 only at {where}",
             "vanishes": "the gain vanishes: no PGD-20 eps shows a significant difference",
             "reverses": f"the gain reverses: the method is significantly worse under PGD-20 at {where}",
@@ -206,13 +223,15 @@ def sentence(claim: str, group: Sequence) -> str:
     clean = row.get("clean")
     return (f"**{claim}** ({c0.source}; {c0.method} vs {c0.baseline}): on digits, paper protocol, {what}. "
             f"PGD-20 differences range from {_dci(lo)} ({lo.label}) to {_dci(hi)} ({hi.label}); FGSM: significant "
-            f"gain at {fgsm_gains} of 6 eps; clean: {_dci(clean) if clean else '—'}.")
+            f"gain at {fgsm_gains} of {sum(1 for c in group if c.row.startswith('fgsm-'))} eps; clean: "
+            f"{_dci(clean) if clean else '—'}.")
 
 
-def pair_table(study, by: Dict[str, List], conv: Dict[str, List], models: Dict[str, str]) -> List[str]:
-    """PID DeiT minus softmax DeiT at every PGD-20 eps: paper protocol beside the converged evaluation."""
-    claim = next((k for k, g in by.items() if models.get(g[0].baseline) == "deit"
-                  and models.get(g[0].method) == "pid_deit"), None)
+def pair_table(study, by: Dict[str, List], conv: Dict[str, List], models: Dict[str, str],
+               pair: Tuple[str, str] = ("deit", "pid_deit"), rows: Sequence[str] = PAIR_ROWS) -> List[str]:
+    """PID DeiT minus softmax DeiT at every PGD-20 eps of ``rows``: paper protocol beside the converged evaluation."""
+    claim = next((k for k, g in by.items() if models.get(g[0].baseline) == pair[0]
+                  and models.get(g[0].method) == pair[1]), None)
     if claim is None:
         return []
     paper = {c.row: c for c in by[claim]}
@@ -224,7 +243,7 @@ def pair_table(study, by: Dict[str, List], conv: Dict[str, List], models: Dict[s
            "| eps | paper: softmax | paper: PID | paper: difference, p | converged: softmax | converged: PID | "
            "converged: difference, p | ladder status (softmax / PID) | the gain |",
            "|---|---|---|---|---|---|---|---|---|"]
-    for r in PAIR_ROWS:
+    for r in rows:
         p, c = paper.get(r), crow.get(r)
         eps = _row_label(study, r).split()[-1]
         pc = ["—"] * 3 if p is None else [_acc(p.baseline_top1, p.n), _acc(p.method_top1, p.n),
@@ -256,6 +275,18 @@ def converged_scope(study) -> str:
     return "Converged values in the committed run: " + "; ".join(parts) + "."
 
 
+def ladder_minutes() -> str:
+    """The range of the converged runs' compute time, from their run.json (not typed: it changes with the ladder)."""
+    import json
+
+    secs = [json.loads(p.read_text()).get("compute_seconds") for p in CLAIMS_RUN.glob("*@*/converged/*/run.json")]
+    secs = [float(s) for s in secs if s is not None]
+    if not secs:
+        return "(no converged run yet)"
+    lo, hi = min(secs) / 60, max(secs) / 60
+    return f"{lo:.{0 if lo >= 10 else 1}f} to {hi:.0f}"
+
+
 def _by_design(note: str, study, models: Dict[str, str]) -> bool:
     """A pairs note about a converged row the reference run does not take (``CONVERGED_ROWS``, and ``PAIR_ROWS``
     for PID DeiT vs softmax DeiT): absent by design, so not listed as missing."""
@@ -267,7 +298,8 @@ def _by_design(note: str, study, models: Dict[str, str]) -> bool:
     claim, row = m.groups()
     cols = [(p.baseline, p.method) for p in study.pairs if p.claim == claim]
     pair = bool(cols) and {models.get(c) for c in cols[0]} == {"deit", "pid_deit"}
-    return row not in CONVERGED_ROWS and not (pair and row in PAIR_ROWS)
+    at = bool(cols) and {models.get(c) for c in cols[0]} == set(AT_PAIR)
+    return row not in CONVERGED_ROWS and not (pair and row in PAIR_ROWS) and not (at and row in AT_ROWS)
 
 
 def _row_label(study, name: str) -> str:
@@ -317,8 +349,8 @@ def converged_sentence(group: Sequence, conv: Sequence, models: Dict[str, str]) 
     return " " + "; ".join(p[0].upper() + p[1:] for p in parts) + "."
 
 
-CAVEAT = ("These are 32 px digits models (4 blocks of width 64, 0.13M to 0.25M parameters, trained for minutes "
-          "on a CPU): a gain that holds, "
+CAVEAT = ("These are 32 px digits models (4 blocks of width 64, 0.13M to 0.25M parameters, trained on a CPU): "
+          "a gain that holds, "
           "shrinks or vanishes here says nothing certain about the ImageNet models the papers trained. The same "
           "audit on ImageNet checkpoints (no PID or RPC checkpoint is published; bring your own, one per column):")
 

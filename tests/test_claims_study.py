@@ -24,8 +24,9 @@ def test_claims_digits_has_every_model_every_pair_and_the_papers_grid() -> None:
     s = load_study("claims-digits")
     assert s.protocol == "paper"
     assert sorted(c.model for c in s.columns) == sorted(zoo.names())
-    assert [r.name for r in s.rows] == ["clean"] + [f"fgsm-{e}" for e in range(1, 7)] + [f"pgd-{e}" for e in range(1, 7)]
-    for e in range(1, 7):
+    grid = [*range(1, 7), 8, 16]  # the papers' 1..6/255, and the adversarially trained pair's 8/255 and twice it
+    assert [r.name for r in s.rows] == ["clean"] + [f"fgsm-{e}" for e in grid] + [f"pgd-{e}" for e in grid]
+    for e in grid:
         pgd = attack_settings(s.row(f"pgd-{e}"))
         assert pgd == {"eps": pytest.approx(e / 255), "steps": 20, "step_size_factor": 0.15, "random_start": True}
         assert attack_settings(s.row(f"fgsm-{e}")) == {"eps": pytest.approx(e / 255)}
@@ -33,7 +34,7 @@ def test_claims_digits_has_every_model_every_pair_and_the_papers_grid() -> None:
     pairs = {(model[p.baseline], model[p.method]) for p in s.pairs}
     assert pairs == {("deit", "pid_deit"), ("fan", "pid_fan"), ("featscale_deit", "pid_featscale_deit"),
                      ("symvit", "rpc_symvit"), ("symvit", "rpc_symvit_all"), ("symfan", "rpc_fan"),
-                     ("deit", "rpc_deit"), ("deit", "rpc_symasym_deit")}
+                     ("deit", "rpc_deit"), ("deit", "rpc_symasym_deit"), ("deit_at", "pid_deit_at")}
 
 
 def test_the_imagenet_audit_is_the_same_study_on_imagenet() -> None:

@@ -135,3 +135,31 @@ def test_a_run_of_another_model_in_an_entry_is_refused(folder, capsys):
     run.write_text(json.dumps(info))
     err = _error(capsys, "report", str(folder), "-o", str(folder / "r.html"))  # merge would finalize it again
     assert "clean: the run ran model 'deit', but entry.json says 'pid_deit'" in err and not (folder / "r.html").exists()
+
+
+def test_a_folder_of_an_earlier_version_of_a_shipped_study_is_extended_not_refused(folder, capsys):
+    """A shipped study that since gained a row is no edit: the folder reads back, and reproduce brings its copy up
+    to date (finished runs kept); a copy whose existing row was changed is still refused, in reads and in runs."""
+    copy = folder / "study.toml"
+    text = copy.read_text()
+    i = text.index("[[row]]\nname = \"pgd-4\"")
+    j = text.index("[[row]]", i + 1)
+    older = text[:i] + text[j:]  # the study as it was before it had row pgd-4
+    copy.write_text(older)
+    entry = json.loads(_entry(folder).read_text())
+    _entry(folder).write_text(json.dumps({**entry, "study_sha256": __import__("hashlib").sha256(
+        copy.read_bytes()).hexdigest()}))
+    assert main(["merge", str(folder)]) == 0  # rows the shipped study added are no difference
+    capsys.readouterr()
+    assert _reproduce("digits-smoke", folder) == 0
+    assert "made by an earlier version of study 'digits-smoke'" in capsys.readouterr().out
+    assert copy.read_text() == text and main(["merge", str(folder)]) == 0
+    changed = text.replace('name = "fgsm", eps = "2/255"', 'name = "fgsm", eps = "3/255"', 1)
+    assert changed != text
+    copy.write_text(changed)
+    entry = json.loads(_entry(folder).read_text())
+    _entry(folder).write_text(json.dumps({**entry, "study_sha256": __import__("hashlib").sha256(
+        copy.read_bytes()).hexdigest()}))
+    assert "differs from the shipped study" in _error(capsys, "merge", str(folder))
+    assert _reproduce("digits-smoke", folder) == 2
+    assert "holds another study" in capsys.readouterr().err

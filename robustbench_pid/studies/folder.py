@@ -79,24 +79,32 @@ def _published(s: Study) -> Dict[Any, float]:
     return {(r.name, c, m): v for r in s.rows for c, vals in (r.published or {}).items() for m, v in vals.items()}
 
 
-def study_difference(copy: Study, ref: Study) -> Optional[str]:
-    """The first thing a study copy says differently from its reference (rows, columns, published values, pairs)."""
+def study_difference(copy: Study, ref: Study, extension: bool = False) -> Optional[str]:
+    """The first thing a study copy says differently from its reference (rows, columns, published values, pairs);
+    with ``extension``, rows, columns and claims the reference adds are no difference (a shipped study that grew
+    since the folder was made: everything the copy says must still be what the reference says)."""
     a, b = _published(copy), _published(ref)
-    for k in sorted(set(a) | set(b), key=str):
+    for k in sorted(set(a) | (set(a) if extension else set(b)), key=str):
         if a.get(k) != b.get(k):
             row, col, metric = k
             return (f"row {row!r}, column {col!r}: published {metric} {a.get(k, '(none)')} where the study has "
                     f"{b.get(k, '(none)')}")
-    if [(c.name, c.model, c.model_args) for c in copy.columns] != [(c.name, c.model, c.model_args) for c in ref.columns]:
+    mine_cols = [(c.name, c.model, c.model_args) for c in copy.columns]
+    ref_cols = [(c.name, c.model, c.model_args) for c in ref.columns]
+    if (not all(c in ref_cols for c in mine_cols)) if extension else mine_cols != ref_cols:
         return "its columns (names, models or architecture arguments)"
     mine = {r.name: r for r in copy.rows}
-    for r in ref.rows:
-        m = mine.get(r.name)
-        if m is None or (m.dataset, m.benchmark, m.attack, m.metrics) != (r.dataset, r.benchmark, r.attack, r.metrics):
-            return f"row {r.name!r} (" + ("missing" if m is None else "its dataset, benchmark, attack or metrics") + ")"
-    if [r.name for r in copy.rows] != [r.name for r in ref.rows]:
+    theirs = {r.name: r for r in ref.rows}
+    for r in (copy.rows if extension else ref.rows):
+        m, t = (r, theirs.get(r.name)) if extension else (mine.get(r.name), r)
+        if m is None or t is None or (m.dataset, m.benchmark, m.attack, m.metrics) != (t.dataset, t.benchmark, t.attack,
+                                                                                      t.metrics):
+            what = "missing" if (m is None or t is None) else "its dataset, benchmark, attack or metrics"
+            return f"row {r.name!r} ({what})"
+    if not extension and [r.name for r in copy.rows] != [r.name for r in ref.rows]:
         return "its rows"
-    if copy.pairs != ref.pairs or copy.protocol != ref.protocol:
+    if copy.protocol != ref.protocol or (not all(p in ref.pairs for p in copy.pairs) if extension
+                                         else copy.pairs != ref.pairs):
         return "its claims ([[pair]]) or protocol"
     return None
 
@@ -119,7 +127,7 @@ def folder_study(out: Path, found: List[Dict[str, Any]]) -> Study:
                             f"trusted: restore the study file it ran, or run the study into a new folder")
     ref = _shipped(found, name)
     if ref is not None and ref.is_file():
-        diff = study_difference(study, parse_study(ref, name=name))
+        diff = study_difference(study, parse_study(ref, name=name), extension=True)
         if diff is not None:
             raise UserError(f"{copy} differs from the shipped study {name!r} ({ref}) in {diff}: the copy was edited "
                             f"(or made by another version of the study); restore it with a copy of {ref}, or run the "

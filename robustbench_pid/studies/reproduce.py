@@ -247,8 +247,7 @@ def prepare_folder(plan: StudyPlan, checkpoint: Optional[str]) -> None:
     copy = plan.out / STUDY_FILE
     text = plan.study.path.read_text()
     if is_study_folder(plan.out) and copy.read_text() != text:
-        raise UserError(f"{plan.out} holds another study (its {STUDY_FILE} differs from {plan.study.path}); "
-                        f"give another --out")
+        upgrade_folder(plan, copy)
     if not copy.is_file():  # written, not copied: a symlink standing there is replaced, never written through
         atomic_write_bytes(copy, plan.study.path.read_bytes(), durable=False)
     plan.entry.mkdir(exist_ok=True)
@@ -259,6 +258,32 @@ def prepare_folder(plan: StudyPlan, checkpoint: Optional[str]) -> None:
                                          "model_args": plan.column.model_args, "checkpoint": checkpoint,
                                          "shipped": plan.study.path.resolve().parent == STUDIES_DIR,
                                          "study_sha256": sha256_text(copy), "created": created or now()})
+
+
+def upgrade_folder(plan: StudyPlan, copy: Path) -> None:
+    """A folder made by an earlier version of the same shipped study, which since gained rows, columns or claims
+    (and changed nothing the folder holds), is brought up to the current definition: its copy is replaced and
+    every entry records the new copy's sha256; its finished runs stay valid. Any other difference is refused."""
+    from .folder import entries, study_difference
+    from .spec import parse_study
+
+    shipped = plan.study.path.resolve().parent == STUDIES_DIR
+    diff = None
+    try:
+        old = parse_study(copy, name=plan.study.name)
+        diff = study_difference(old, plan.study, extension=True)
+    except UserError as exc:
+        diff = str(exc)
+    if not shipped or diff is not None:
+        raise UserError(f"{plan.out} holds another study (its {STUDY_FILE} differs from {plan.study.path}"
+                        f"{f' in {diff}' if diff else ''}); give another --out")
+    found = entries(plan.out)
+    atomic_write_bytes(copy, plan.study.path.read_bytes(), durable=False)
+    for e in found:
+        info = {k: v for k, v in e.items() if k != "dir"}
+        write_json(e["dir"] / ENTRY_FILE, {**info, "study_sha256": sha256_text(copy)})
+    print(f"note: {plan.out} was made by an earlier version of study {plan.study.name!r}; it now holds the current "
+          f"one (its rows, columns and claims are a superset; the finished runs are kept)")
 
 
 def report_missing(plan: StudyPlan) -> None:
