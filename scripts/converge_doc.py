@@ -217,7 +217,7 @@ def render(out: Path) -> str:
     n = sorted(set(bench["n"].astype(int)))
     grid = [f"{m} {e}" for m, eps in GRID.items() for e in eps
             if not ((bench["model"] == m) & (bench["eps"].astype(str) == e) & (bench["n"] == GRID_N.get(m, 360))).any()]
-    missing = (f"the whole grid of {sum(map(len, GRID.values()))} cells ran" if not grid else
+    missing = (f"the whole grid ran: {sum(map(len, GRID.values()))} cells" if not grid else
                f"not yet run: {', '.join(f'{c} ({GRID_N.get(c.split()[0], 360)} images)' for c in grid)}; the "
                f"script resumes and adds them")
     cpu = "this project's CPU machine (2 cores)"

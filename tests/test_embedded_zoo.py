@@ -117,7 +117,7 @@ def test_the_reference_run_has_a_converged_value_for_every_model_at_its_converge
                                                                 "upper bound: gradients unavailable"), alias
             # the converged value is at or below the row's own attack (rung 0) on every sample
             assert (c["correct_top1"].astype(bool) <= c["rung0_correct_top1"].astype(bool)).all(), alias
-    assert text.count("Under the converged evaluation at 4/255") == 8  # one per claim pair
+    assert text.count("Under the converged evaluation at 4/255") == 9  # one per claim pair
 
 
 def test_what_a_converged_evaluation_makes_of_a_paper_protocol_gain() -> None:
