@@ -7,7 +7,6 @@ per pass from one calibration batch per row on the row's own data (or ``--calibr
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from ..benchmarks import get_benchmark
@@ -47,16 +46,10 @@ def dry_plan(study_name: str, model: str, *, data_root: Optional[str] = None, da
     machine is no missing row: it is priced at the dataset's published size (``run/plan_data``), and the plan says
     so. A laptop plans a GPU machine's study this way."""
     from ..data import dataset_info
-    from .reproduce import LIMIT_AS_SUBSET, find_root, parse_dataset_roots, resolve_column, select_rows
-    from .spec import load_study
+    from .reproduce import base_plan, find_root
 
-    study = load_study(study_name)
-    column = resolve_column(study, model, as_column, model_arg)
-    rows = select_rows(study, only, skip)
-    overrides = parse_dataset_roots(dataset_root)
-    plan = StudyPlan(study, column, model, protocol or study.protocol,
-                     Path(out) if out else Path("results") / f"study-{study.name}", rows)
-    needed = {r.dataset for r in rows} | ({"imagenet"} if {r.dataset for r in rows} & LIMIT_AS_SUBSET else set())
+    plan, needed, overrides = base_plan(study_name, model, dataset_root, out, as_column, protocol, only, skip,
+                                        model_arg)
     for ds in sorted(needed):
         plan.roots[ds] = find_root(ds, data_root, overrides)[0] if dataset_info(ds).needs_root else None
     return plan

@@ -136,19 +136,29 @@ def find_root(dataset: str, data_root: Optional[str], overrides: Dict[str, str])
     return (str(p) if p.is_dir() else None), str(p)
 
 
+def base_plan(study_name: str, model: str, dataset_root: Sequence[str], out: Optional[str], as_column: Optional[str],
+              protocol: Optional[str], only: Sequence[str], skip: Sequence[str],
+              model_arg: Optional[Dict[str, Any]]) -> Tuple[StudyPlan, set, Dict[str, str]]:
+    """A plan without its dataset roots, the datasets its rows need, and the --dataset-root overrides: what a run's
+    plan and a dry run's share (they differ in what a missing dataset means)."""
+    study = load_study(study_name)
+    column = resolve_column(study, model, as_column, model_arg)
+    rows = select_rows(study, only, skip)
+    plan = StudyPlan(study, column, model, protocol or study.protocol,
+                     Path(out) if out else Path("results") / f"study-{study.name}", rows)
+    needed = {r.dataset for r in rows} | ({"imagenet"} if {r.dataset for r in rows} & LIMIT_AS_SUBSET else set())
+    return plan, needed, parse_dataset_roots(dataset_root)
+
+
 def plan_study(study_name: str, model: str, *, data_root: Optional[str] = None, dataset_root: Sequence[str] = (),
                out: Optional[str] = None, as_column: Optional[str] = None, protocol: Optional[str] = None,
                only: Sequence[str] = (), skip: Sequence[str] = (),
                model_arg: Optional[Dict[str, Any]] = None) -> StudyPlan:
     from ..data import dataset_info
 
-    study = load_study(study_name)
-    column = resolve_column(study, model, as_column, model_arg)
-    rows = select_rows(study, only, skip)
-    overrides = parse_dataset_roots(dataset_root)
-    plan = StudyPlan(study, column, model, protocol or study.protocol,
-                     Path(out) if out else Path("results") / f"study-{study.name}", rows)
-    needed = {r.dataset for r in rows} | ({"imagenet"} if {r.dataset for r in rows} & LIMIT_AS_SUBSET else set())
+    plan, needed, overrides = base_plan(study_name, model, dataset_root, out, as_column, protocol, only, skip,
+                                        model_arg)
+    study, rows = plan.study, plan.rows
     where: Dict[str, str] = {}
     for ds in sorted(needed):
         if not dataset_info(ds).needs_root:
