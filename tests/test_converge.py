@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import io
+import json
 from pathlib import Path
 
 import numpy as np
@@ -85,10 +86,16 @@ def test_plain_model_ladder_order_scope_and_status(plain_run):
     assert rungs[0] == "user" and rungs == sorted(rungs, key=RUNG_ORDER.index)
     # every round runs the four families: CE gradient, targeted margin, boundary, gradient-free
     assert {"apgd-ce", "apgd-t", "fab-t", "square"} <= set(rungs)
-    # rung 0 is the user's attack exactly as its adversarial unit ran it
+    # rung 0 is the user's attack with its row's starts, each sample walked only to its first top-1 break: it
+    # breaks every sample the row breaks (here exactly those: no walk crossed back) for fewer passes
     adv = rbp.load_records(df.attrs["run_dir"])
-    pgd = adv[adv["attack"] == "pgd"].set_index("sample_id")["correct_top1"]
-    assert (rec.set_index("sample_id")["rung0_correct_top1"] == pgd).all()
+    row_pgd = adv[adv["attack"] == "pgd"].set_index("sample_id")
+    pgd = row_pgd["correct_top1"]
+    rung0 = rec.set_index("sample_id")["rung0_correct_top1"]
+    assert (rung0 <= pgd.loc[rung0.index]).all() and (rung0 == pgd.loc[rung0.index]).all()
+    assert rec["fwd@user"].mean() < row_pgd["passes_forward"].mean()
+    user = json.loads(rec["converge_history"].iloc[0])[0]
+    assert user["id"] == "user" and "early stop top-1" in user["settings"]
     # each later rung attacked only samples still robust after the rungs before it
     pos = {r: i for i, r in enumerate(RUNG_ORDER)}
     broken_at = rec["broken_by"].map(lambda r: pos[r] if r else 99)
@@ -168,9 +175,9 @@ def _ladder(n: int) -> Ladder:
     return Ladder(robust=torch.ones(n, dtype=torch.bool))
 
 
-def _fake(breaks: dict, nearness=None):
+def _fake(breaks: dict, nearness=None, free=None):
     """A rung runner that breaks the first ``breaks[rung]`` of the samples it is given (``nearness``: per sample,
-    what the ranked APGD-T reports as its best margin loss)."""
+    what the ranked APGD-T reports as its best margin loss; ``free``: what Square reports)."""
     seen = []
 
     def run(rung: Rung, idx: torch.Tensor):
@@ -179,11 +186,12 @@ def _fake(breaks: dict, nearness=None):
         still = torch.ones(len(idx), dtype=torch.bool)
         still[:k] = False
         near = nearness[idx] if nearness is not None and rung.family == "targeted" else None
+        near = free[idx] if free is not None and rung.family == "free" else near
         return RungResult(still, torch.ones(len(idx)), torch.ones(len(idx)), None, near)
     return run, seen
 
 
-ROUND1 = ["apgd-ce", "apgd-t", "fab-t", "square"]
+ROUND1 = ["apgd-t", "apgd-ce", "fab-t", "square"]
 
 
 def test_a_round_that_breaks_at_most_the_tolerance_ends_the_ladder_and_every_family_runs_first():
@@ -194,12 +202,12 @@ def test_a_round_that_breaks_at_most_the_tolerance_ends_the_ladder_and_every_fam
     # one round of the four families breaking 1 <= max(1, 0.1% of 1000) stops; gradient rungs alone never do
     assert [s[0] for s in seen] == ROUND1 and lad.status == CONVERGED and "round 1" in lad.detail
     # only still-robust samples reach a later rung
-    run, seen = _fake({"apgd-ce": 10, "apgd-t": 5})
+    run, seen = _fake({"apgd-t": 10, "apgd-ce": 5})
     lad = climb(_ladder(1000), spec, EPS, run, unstable=False, no_grad=none)
     assert [s[0] for s in seen][:4] == ROUND1
     assert len(seen[1][1]) == 990 and len(seen[2][1]) == 985 and set(seen[1][1]).isdisjoint(range(10))
     # round 1 broke 15 > 1: round 2 attacks the 20% still-robust samples nearest the boundary, and breaks nothing
-    assert [s[0] for s in seen][4:] == ["apgd-ce@2", "apgd-t@2", "fab-t@2", "square@2"]
+    assert [s[0] for s in seen][4:] == ["apgd-t@2", "apgd-ce@2", "fab-t@2", "square@2"]
     assert len(seen[4][1]) == 197 and lad.status == CONVERGED and "round 2" in lad.detail
 
 
@@ -209,7 +217,7 @@ def test_the_gradient_free_rung_breaking_more_than_the_tolerance_keeps_the_ladde
     none = torch.zeros(200, dtype=torch.bool)
     run, seen = _fake({"apgd-t": 1, "square": 2})
     lad = climb(_ladder(200), spec, EPS, run, unstable=False, no_grad=none)
-    assert [s[0] for s in seen][:8] == ROUND1 + ["apgd-ce@2", "apgd-t@2", "fab-t@2", "square@2"]
+    assert [s[0] for s in seen][:8] == ROUND1 + ["apgd-t@2", "apgd-ce@2", "fab-t@2", "square@2"]
     assert lad.status == CONVERGED and int((~lad.robust).sum()) == 3
 
 
@@ -220,9 +228,32 @@ def test_later_rounds_attack_the_nearest_samples_and_name_the_last_round_when_th
     lad = climb(_ladder(100), spec, EPS, run, unstable=False, no_grad=torch.zeros(100, dtype=torch.bool))
     ids = [s[0] for s in seen]
     assert ids == ROUND1 + [f"{r}@2" for r in ROUND1] + [f"{r}@3" for r in ROUND1]
-    round2 = dict(seen)["apgd-ce@2"]
+    round2 = dict(seen)["apgd-t@2"]
     assert len(round2) == 18 and all(int(near[i]) >= 5 for i in round2)  # ceil(20% of the 88 left), nearest first
     assert lad.status == NOT_CONVERGED and "round 3, the last (3 allowed), still broke 12" in lad.detail
+
+
+def test_each_family_goes_back_to_the_samples_its_own_evidence_puts_nearest_and_square_to_the_misled_ones():
+    """Square's later runs go to the samples Square came nearest on, the gradient families' to those APGD-T came
+    nearest on; and Square also takes every sample on which its short search matched the gradient attacks'
+    margin (their gradients mislead there), however far from the boundary both were."""
+    n = 100
+    grad = torch.linspace(-0.1, -0.9, n)  # APGD-T: sample 0 nearest
+    free = torch.full((n,), -5.0)
+    free[90:] = torch.linspace(-0.3, -0.2, 10)  # Square: 99 nearest; and 90-99 at least as near as APGD-T got
+    free[50] = -0.45  # APGD-T came to -0.50 on 50: Square nearer, though far from Square's nearest: misled
+    free[40] = -0.40  # and to -0.42 on 40: misled too
+    spec = LadderSpec.from_options({"near_min": 1})
+    run, seen = _fake({"apgd-t": 5}, grad, free)
+    lad = climb(_ladder(n), spec, EPS, run, unstable=False, no_grad=torch.zeros(n, dtype=torch.bool))
+    scope = dict(seen)
+    nearest = set(range(5, 5 + 19))  # ceil(20% of the 95 left) by APGD-T's margin, after the 5 it broke
+    assert set(scope["apgd-t@2"]) == nearest and set(scope["apgd-ce@2"]) == nearest
+    misled = {i for i in range(5, n) if free[i] >= grad[i]}
+    assert {40, 50} <= misled and not (misled & set(range(5, 40)))
+    by_square = set(torch.argsort(free[5:], descending=True, stable=True)[:19].add(5).tolist())
+    assert set(scope["square@2"]) == by_square | misled
+    assert bool(lad.misled()[40]) and not bool(lad.misled()[6])
 
 
 def test_no_gradient_samples_get_spsa_and_a_randomised_model_the_eot_rungs():
@@ -241,7 +272,7 @@ def test_round_one_sweeps_every_ranked_target_briefly_and_later_rounds_go_deep_o
     """Round 1's APGD-T runs all ``pool`` ranked classes for ``sweep_steps`` iterations each (a break ranked 3rd
     to 6th is not left to a later round on a subset); rounds 2 and 3 run ranks 1-3 and 4-6 at ``steps`` each."""
     spec = LadderSpec()
-    run, seen = _fake({"apgd-ce": 50, "apgd-ce@2": 20})
+    run, seen = _fake({"apgd-t": 50, "apgd-t@2": 20})
     lad = climb(_ladder(1000), spec, EPS, run, unstable=False, no_grad=torch.zeros(1000, dtype=torch.bool))
     targeted = [h["settings"] for h in lad.history if h["family"] == "targeted"]
     assert targeted == ["APGD-T-12 (targets 1-9 of 9 ranked by boundary distance)",
@@ -258,8 +289,8 @@ def test_a_reduced_ladder_says_so_in_its_status_and_rung_settings():
     run, _ = _fake({})
     lad = climb(_ladder(100), spec, EPS, run, unstable=False, no_grad=torch.zeros(100, dtype=torch.bool))
     assert lad.status == f"{REDUCED} (steps 1 < 100, sweep_steps 2 < 12, targets 1 < 3)" and lad.status != CONVERGED
-    assert [h["settings"] for h in lad.history][:2] == ["APGD-CE-1", "APGD-T-2 (targets 1-9 of 9 ranked by "
-                                                                      "boundary distance)"]
+    assert [h["settings"] for h in lad.history][:2] == ["APGD-T-2 (targets 1-9 of 9 ranked by boundary distance)",
+                                                        "APGD-CE-1"]
     looser = LadderSpec.from_options({"tol_share": 0.01})
     assert looser.reductions() == ["tol_share 0.01 > 0.001"]
     assert LadderSpec.from_options({"square_queries": 5000, "rounds": 4}).reductions() == []  # stronger: not reduced
@@ -381,7 +412,8 @@ def test_the_converge_docs_block_is_the_rendering_of_the_committed_bench_runs(tm
     monkeypatch.setattr(bench.doc, "DOC", edited)
     assert bench.main(["--check"]) == 1
     # every bench row's criteria are stated, and the table says which of the 360 x 1..6/255 cells ran
-    assert "criteria" in body and "<= AA" in body and ("grid ran" in body or "not yet run" in body)
+    assert "criteria" in body and "<= AA" in body and ("grid ran" in body or "not yet run" in body
+                                                      or "run on fewer images so far" in body)
 
 
 def test_bench_cell_chunk_size_cuts_new_runs_into_units_and_reuses_finished_ones(tmp_path):
@@ -648,6 +680,8 @@ def test_rung0_draws_as_the_users_row_when_some_samples_are_not_attacked(plain, 
     rec = rbp.load_records(df.attrs["run_dir"])
     pgd = rec[rec["attack"] == "pgd"].set_index("sample_id")["correct_top1"]
     lad = rec[rec["benchmark"] == "converge"].set_index("sample_id")
+    # equal verdicts (a start drawn for another row would differ both ways; a walk stopped at its first top-1
+    # break could only break more)
     assert (lad["rung0_correct_top1"] == pgd.loc[lad.index]).all()
     c5 = int(lad["clean_correct_top5"].astype(bool).sum())
     assert c5 < 32 and int(lad["converge_attacked"].iloc[0].split(",")[0]) == c5  # rung 0 attacks the top-5 correct
@@ -681,3 +715,31 @@ def test_the_ladder_savings_block_is_the_rendering_of_the_committed_measurements
     edited.write_text(text.replace(body, body + "\n| an edited line |\n", 1))
     monkeypatch.setattr(mod, "DOC", edited)
     assert mod.main(["--check"]) == 1
+
+
+def test_a_curve_follows_the_order_its_ladder_ran_and_an_earlier_design_says_so():
+    """A condition's curve accumulates robust accuracy and passes in the order its records say the rungs ran (an
+    earlier design ran APGD-CE before APGD-T); the design that made a record is read from its params."""
+    import json
+
+    from robustbench_pid.results.summaries.converge import DESIGN, curve, ladder_design, run_order
+
+    def records(rungs, broken_by):
+        return pd.DataFrame({"sample_id": [str(i) for i in range(4)], "clean_correct_top1": True,
+                             "converge_rungs": ",".join(rungs), "broken_by": broken_by,
+                             "fwd@apgd-ce": [100.0] * 4, "fwd@apgd-t": [10.0, 10.0, 117.0, 117.0]})
+
+    old = records(["user", "apgd-ce", "apgd-t"], ["", "apgd-ce", "apgd-t", ""])
+    assert run_order(old)[:4] == ["user", "probe", "apgd-ce", "apgd-t"]
+    c = curve(old).set_index("rung")
+    assert c.loc["apgd-ce", "value"] == 75.0 and c.loc["apgd-t", "value"] == 50.0  # of 4: APGD-CE broke 1, then APGD-T 1
+    assert c.loc["apgd-ce", "passes_forward_cum"] == 100.0 and c.loc["apgd-t", "passes_forward_cum"] == 163.5
+    new = records(["user", "apgd-t", "apgd-ce"], ["", "apgd-ce", "apgd-t", ""])
+    c = curve(new).set_index("rung")
+    assert list(c.index) == ["user", "apgd-t", "apgd-ce"]
+    assert c.loc["apgd-t", "value"] == 75.0 and c.loc["apgd-t", "passes_forward_cum"] == 63.5
+    ladder = LadderSpec().as_dict()
+    assert ladder_design(json.dumps({"ladder": {k: v for k, v in ladder.items() if k != "sweep_steps"}})) == 1
+    assert ladder_design(json.dumps({"ladder": ladder})) == 2
+    assert ladder_design(json.dumps({"ladder": ladder, "design": DESIGN})) == DESIGN
+    assert ladder_design("not json") == 0

@@ -58,7 +58,13 @@ def _ladder(model, digits8, tmp_path, name, n=64, **kw):
 
 
 def test_gradients_pointing_away_fool_the_gradient_rungs_but_not_the_ladder(plain, digits8, tmp_path):
-    """The default ladder breaks what a standalone gradient-free search breaks, or does not say converged."""
+    """The default ladder breaks what a standalone gradient-free search breaks, or does not say converged.
+
+    "What the search breaks", for a random search: every sample AutoAttack's Square (5,000 queries) breaks under each
+    of five seeds, and as many samples as any one seed breaks. A random search breaks some samples only under a lucky
+    draw (Square's square positions are drawn per batch: on this model sample 40 falls to seed 0 in this batch of 64
+    and to none of six seeds attacking it alone), so no finite ladder, AutoAttack included, breaks every sample that
+    some seed of another search breaks."""
     x, y = digits8
     x, y = x[:64], y[:64]
     model = Flipped(copy.deepcopy(plain)).eval()
@@ -70,15 +76,22 @@ def test_gradients_pointing_away_fool_the_gradient_rungs_but_not_the_ladder(plai
     with torch.no_grad():
         clean = model(x).argmax(1) == y
         by_grad = model(pgd(model, x, y, generator=torch.Generator().manual_seed(0))).argmax(1) == y
-    square = make_attack("square", eps=EPS, n_queries=5000)
-    with torch.no_grad():
-        by_search = model(square(model, x, y, generator=torch.Generator().manual_seed(0))).argmax(1) == y
-    broken_by_search = clean & ~by_search
-    assert int((clean & ~by_grad).sum()) < int(broken_by_search.sum()) - 5  # the gradient attack is fooled
+    broken = torch.zeros(len(y))
+    most = 0  # the most samples one seed breaks
+    for seed in range(5):
+        square = make_attack("square", eps=EPS, n_queries=5000)
+        with torch.no_grad():
+            hit = clean & (model(square(model, x, y, generator=torch.Generator().manual_seed(seed))).argmax(1) != y)
+        broken += hit.float()
+        most = max(most, int(hit.sum()))
+    reliably = broken == 5
+    assert int((clean & ~by_grad).sum()) < int(reliably.sum()) - 5  # the gradient attack is fooled
     row, rec = _ladder(model, digits8, tmp_path, "flipped")
     robust = rec.set_index("sample_id")["correct_top1"].astype(bool)
-    missed = [str(i) for i in range(64) if broken_by_search[i] and robust[str(i)]]
+    missed = [str(i) for i in range(64) if reliably[i] and robust[str(i)]]
     assert not missed or row["status"] != CONVERGED, (missed, row["status"])
+    # and it leaves no more samples robust than the luckiest seed of the search did
+    assert int(robust.sum()) <= int(clean.sum()) - most, (int(robust.sum()), int(clean.sum()), most)
     assert not rec["grad_unavailable"].any()
     assert "square" in rec["converge_rungs"].iloc[0].split(",")  # the gradient-free search had its turn
 

@@ -5,10 +5,13 @@ must resume after a kill and split over shards. One unit = one eps x one chunk o
 hashes the user's attacks (rung 0) and the ladder's settings, so a re-run resumes and another
 tolerance is another condition.
 
-Rung 0 is the user's own attack run exactly as its ``adversarial`` unit ran it (same batches, same
-generator seed, same samples attacked), so the converged value is read against the very number the
-user got; its loss trace (kept in memory only) feeds the incomplete-optimisation flags that add the
-stronger APGD rung. Standard protocol only: the ladder's rungs work in pixel space on true labels.
+Rung 0 is the user's own attack with its ``adversarial`` unit's batches, generator seed, random starts and
+samples, so the converged value is read against the number the user got. An attack that stops a sample
+early (PGD: once its label leaves the top-5) stops it here at its first top-1 break instead: the ladder's
+verdict is top-1, and the walk up to that break is the row's, so rung 0 breaks every sample the row breaks
+at top-1 (and any the row's longer walk carried back across the boundary) for fewer passes (docs/attacks.md's
+per-rung table). Its loss trace (kept in memory only) feeds the incomplete-optimisation
+flags. Standard protocol only: the ladder's rungs work in pixel space on true labels.
 """
 from __future__ import annotations
 
@@ -28,7 +31,7 @@ from ..runtime.health import check_finite
 from ..results.report.indicators import LIBRARY_ATTACKS, TREND_TAU, loss_trend
 from ..specs import Unit, chunks
 from . import Benchmark, Column, benchmarks
-from .ladder import PROBE, Ladder, LadderSpec, RungResult, climb, planned_round, run_rung
+from .ladder import DESIGN, PROBE, Ladder, LadderSpec, RungResult, climb, planned_round, run_rung
 from .ladder_probes import batch_dependent, gradients_unavailable, predictions_unstable
 from .adv_images import keep_adversarial
 
@@ -62,10 +65,19 @@ def converge_units(ctx: Any) -> List[Unit]:
     spec = LadderSpec.from_options(ctx.spec.converge)
     units: List[Unit] = []
     for eps, rung0 in rung0_attacks(ctx).items():
-        js = json.dumps({"rung0": [[n, json.loads(p)] for n, p in rung0], "ladder": spec.as_dict()}, sort_keys=True)
+        js = json.dumps({"rung0": [[n, json.loads(p)] for n, p in rung0], "ladder": spec.as_dict(),
+                         "design": DESIGN}, sort_keys=True)
         for s, e in chunks(len(ctx.indices), ctx.spec.chunk_size):
             units.append(Unit(CONVERGE, CONVERGE, eps, js, "", s, e))
     return units
+
+
+def top1_walk(attack: Any) -> Any:
+    """``attack`` stopping each sample at its first top-1 break, if it stops samples early at all (PGD's
+    ``stop_topk``): up to that break its walk is the row's, and the breaking point is kept."""
+    if getattr(attack, "early_stop", False) and getattr(attack, "stop_topk", 1) != 1:
+        return attack.with_params(stop_topk=1)
+    return attack
 
 
 @benchmarks.register(CONVERGE)
@@ -84,13 +96,13 @@ class Converge(Benchmark):
         return gather(parts)
 
     def passes(self, ctx: Any, unit: Unit) -> Tuple[float, float]:
-        """Rung 0, the probes and round 1 (APGD-CE, ranked APGD-T, FAB-T, Square) on every sample, and the later
+        """Rung 0, the probes and round 1 (ranked APGD-T, APGD-CE, FAB-T, Square) on every sample, and the later
         rounds on their share of nearest samples: what a ladder costs on a model no rung breaks a sample of (the
         evidence-driven rungs, EOT and SPSA, are not counted: they run only where called for, so a ladder that needs
         them costs more than this)."""
         p = json.loads(unit.params)
         s = LadderSpec.from_options(p["ladder"])
-        fwd, fb = 4.0 + 1, 3.0  # the probes
+        fwd, fb = 3.0, 2.0  # the probes: one instability draw, at most one batch-context pass, the gradient probe
         for r in range(1, s.rounds + 1):
             share = 1.0 if r == 1 else s.near_share
             for rung in planned_round(s, float(unit.eps), r, unstable=False, no_grad=False):
@@ -138,15 +150,15 @@ class Converge(Benchmark):
         ladder.history.append({"id": "user", "attacked": int(c5_all.sum()), "broke": int((c1.cpu() & ~rung0_robust).sum()),
                                "full": True, "label": "+".join(n for n, _ in rung0), "round": 0, "family": "",
                                "scope": "clean top-5 correct",
-                               "settings": " + ".join(make_attack(n, **p).describe() for n, p in rung0)})
+                               "settings": " + ".join(top1_walk(make_attack(n, **p)).describe() for n, p in rung0)})
         for i in (c1.cpu() & ~rung0_robust).nonzero().squeeze(1).tolist():
             ladder.broken_by[i] = "user"
         flagged = torch.cat(flag_parts).cpu()
         # probes: repeated clean passes (randomised model?), the same samples in another batch (outputs depend on
         # the batch?) and input gradients of the still-robust samples
         sel = c1.nonzero().squeeze(1)
-        unstable = bool(len(sel)) and predictions_unstable(model, x[sel], clean[sel], spec.unstable_rtol)
-        ladder.charge(PROBE, sel.cpu(), torch.full((len(sel),), 2.0), torch.zeros(len(sel)))
+        unstable = bool(len(sel)) and predictions_unstable(model, x[sel], clean[sel], spec.unstable_rtol, draws=1)
+        ladder.charge(PROBE, sel.cpu(), torch.ones(len(sel)), torch.zeros(len(sel)))
         bs = max(1, ctx.batch_size)
         first = slice(0, min(bs, len(y)))  # the first batch, as the clean pass scored it
         dependent = batch_dependent(model, x[first], clean[first], spec.batch_rtol)
@@ -185,9 +197,10 @@ class Converge(Benchmark):
     def _rung0(self, ctx: Any, unit: Unit, rung0: List[Tuple[str, Dict[str, Any]]], gens: List[torch.Generator], x: torch.Tensor,
                y: torch.Tensor, c1: torch.Tensor, c5: torch.Tensor
                ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-        """The user's attacks on this batch exactly as their adversarial units ran them: (robust after
-        all of them, incomplete-optimisation flag (NaN where not computable), forward, backward passes, the
-        worst-case point so far: the first breaking point, else the clean image)."""
+        """The user's attacks on this batch with their adversarial units' seeds and starts, each sample stopped at
+        its first top-1 break (``top1_walk``): (robust after all of them, incomplete-optimisation flag (NaN where
+        not computable), forward, backward passes, the worst-case point so far: the first breaking point, else the
+        clean image)."""
         robust = c1.clone()
         worst = x.clone()
         flagged = torch.zeros(len(y), dtype=torch.bool, device=y.device)
@@ -197,10 +210,10 @@ class Converge(Benchmark):
         for (name, params), gen in zip(rung0, gens):
             if not len(sel):
                 continue
-            attack = make_attack(name, **params)
+            attack = top1_walk(make_attack(name, **params))
             x_adv = x.clone()
             # random starts drawn for the whole batch and taken at the attacked rows, as the adversarial unit draws
-            # them: rung 0 is the user's attack exactly as its row ran it, so the gap to it is the ladder's
+            # them: rung 0 walks as the user's row walked, so the gap to the row is the ladder's
             with attack_precision(ctx.device, ctx.spec.precision), aligned_draws(len(x), sel.cpu()):
                 x_adv[sel] = attack(ctx.attacked_model(), x[sel], y[sel], bounds=(0.0, 1.0), generator=gen, trace=True)
             check_finite(x_adv[sel], ctx, unit, "attack")

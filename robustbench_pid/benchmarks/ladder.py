@@ -9,21 +9,31 @@ way (obfuscated, noisy, sign-flipped) fools the first three but not it. A ``conv
 attacks alone was wrong on the first adversarially trained model it met (Square broke what APGD-T left).
 
 Rounds (``planned_round``), each rung on the samples still robust after the rungs before it:
-- rung 0 (``user``): the user's attack(s), exactly as their rows ran them;
-- round 1, on every still-robust sample: [EOT rungs when repeated clean passes disagree], APGD-CE,
-  a sweep of APGD-T over all ``pool`` candidate classes in the order of their linearised boundary distance
-  (MALT's ranking; AutoAttack attacks the 9 highest logits for 100 iterations each) with only
-  ``sweep_steps`` iterations per target, FAB-T, Square with a small budget, [SPSA on samples without
-  gradients]. Why a short sweep and not two deep targets: on the zoo the class a sample breaks to is often
-  ranked 3rd to 6th, and a 12-iteration run per class found every AutoAttack break at half the passes
-  of two 100-iteration ones, which missed those ranks (docs/attacks.md);
+- rung 0 (``user``): the user's attack(s) with their rows' seeds and random starts, each sample walked only
+  until its first top-1 break (the row walks on to break top-5 as well; rung 0 breaks every sample the row
+  breaks at top-1, and any whose walk crossed the boundary and came back);
+- round 1, on every still-robust sample: [EOT rungs when repeated clean passes disagree], a sweep of APGD-T
+  over all ``pool`` candidate classes in the order of their linearised boundary distance (MALT's ranking;
+  AutoAttack attacks the 9 highest logits for 100 iterations each) with only ``sweep_steps`` iterations per
+  target, APGD-CE, FAB-T, Square with a small budget, [SPSA on samples without gradients]. Why a short sweep
+  and not two deep targets: on the zoo the class a sample breaks to is often ranked 3rd to 6th, and a
+  12-iteration run per class found every AutoAttack break at half the passes of two 100-iteration ones, which
+  missed those ranks (docs/attacks.md). Why the targeted family first: it leaves a sample at its first break,
+  while APGD-CE spends its 100 iterations on every sample it attacks, broken early or not; the samples the
+  sweep breaks cost APGD-CE nothing;
 - round r >= 2, only if the round before broke more than the tolerance: the same four families with a
   fresh start and a larger budget (``targets`` ranked classes at the full ``steps`` each, the next ones in
   each later round; the next FAB target; ``square_growth`` times the queries) on the still-robust samples
-  nearest the boundary (the ``near_share`` with the highest scale-free DLR margin any rung reached: APGD-T's
-  targeted margin, Square's best point; A^3's observation that the samples a stronger attack still breaks
-  are those a weaker one brought closest. Square's counts too because a model can fool the gradient
-  attacks, whose margins then say nothing about where the boundary is).
+  nearest the boundary: the ``near_share`` with the highest scale-free DLR margin reached so far (A^3's
+  observation that the samples a stronger attack still breaks are those a weaker one brought closest). Each
+  family is judged by its own kind of evidence: Square's later runs go to the samples Square itself came
+  closest on, the gradient families' to those APGD-T came closest on, because a model can fool the gradient
+  attacks, whose margins then say nothing about where a gradient-free search will break it. Square's later
+  runs also take every sample on which its short round-1 search came at least as near the boundary as the
+  gradient families (``Ladder.misled``): on a healthy model 100 gradient iterations get much nearer than 500
+  random queries, so such a sample is one whose gradients mislead, and there the gradient-free search is the
+  only evidence (on a model with sign-flipped gradients, the samples only Square breaks are such samples, and
+  their Square margin after 500 queries need not be among the nearest).
 
 Stop rule: a round in which every family had its turn and which broke at most ``tolerance(n)`` =
 max(tol_min, floor(tol_share * n)) samples ends the ladder ``converged``; after ``rounds`` rounds it is
@@ -46,8 +56,8 @@ from ..attacks import make_attack
 from ..errors import UserError
 from ..runtime.health import NonFiniteError
 
-from ..results.summaries.converge import (BATCH_DEPENDENT, CONVERGED, NOT_CONVERGED, REDUCED, UPPER_BOUND,  # noqa: F401
-                                          rung_id)
+from ..results.summaries.converge import (BATCH_DEPENDENT, CONVERGED, DESIGN, NOT_CONVERGED, REDUCED,  # noqa: F401
+                                          UPPER_BOUND, rung_id)
 
 PROBE = "probe"  # passes spent on the instability, batch-context and gradient probes
 MAX_TOL_SHARE, MAX_TOL_MIN = 0.05, 10  # the loosest stop rule accepted: 5% of a unit's samples, 10 samples
@@ -69,7 +79,7 @@ class LadderSpec:
     fab_steps: int = 50
     fab_targets: int = 1  # FAB-T targets per round (round r: the next ones by logit)
     square_queries: int = 500  # Square's queries in round 1 ...
-    square_growth: int = 4  # ... times this per later round (round 2: 2,000, round 3: 8,000)
+    square_growth: int = 2  # ... times this per later round (round 2: 1,000, round 3: 2,000)
     rounds: int = 3
     near_share: float = 0.2  # rounds >= 2 attack this share of the still-robust samples, nearest first ...
     near_min: int = 8  # ... and at least this many
@@ -158,6 +168,12 @@ class Rung:
     round: int = 1
     scope: str = "robust"  # robust | near | no-gradient
 
+    @property
+    def near_by(self) -> str:
+        """Whose nearness picks this rung's samples in later rounds: Square's own (``free``), or the gradient
+        families' (``gradient``)."""
+        return "free" if self.family == "free" else "gradient"
+
     def describe(self) -> str:
         return make_attack(self.attack, **self.params).describe()
 
@@ -170,8 +186,8 @@ def planned_round(spec: LadderSpec, eps: float, r: int, unstable: bool, no_grad:
         out += [Rung("eot-ce", "apgd_eot", {"eps": eps, "steps": s.eot_steps, "eot_iter": s.eot_iter, "loss": "ce"}),
                 Rung("eot-dlr", "apgd_eot", {"eps": eps, "steps": s.eot_steps, "eot_iter": s.eot_iter, "loss": "dlr"})]
     out += [
-        Rung(rung_id("apgd-ce", r), "apgd_ce", {"eps": eps, "steps": s.steps}, "ce", r, near),
         Rung(rung_id("apgd-t", r), "apgd_ranked", _targeted(s, eps, r), "targeted", r, near),
+        Rung(rung_id("apgd-ce", r), "apgd_ce", {"eps": eps, "steps": s.steps}, "ce", r, near),
         Rung(rung_id("fab-t", r), "fab_t", {"eps": eps, "steps": s.fab_steps, "targets": s.fab_targets,
                                             "first": (r - 1) * s.fab_targets + 1}, "boundary", r, near),
         Rung(rung_id("square", r), "square", {"eps": eps, "n_queries": s.square_queries * s.square_growth ** (r - 1)},
@@ -213,15 +229,16 @@ class Ladder:
     backward: Dict[str, torch.Tensor] = field(default_factory=dict)
     history: List[Dict[str, Any]] = field(default_factory=list)  # per rung: id, attacked, broke, round, settings
     worst: Optional[torch.Tensor] = None  # per sample: the worst-case point (CPU)
-    nearness: Optional[torch.Tensor] = None  # per sample: best margin loss seen (-inf: none)
+    # per kind of evidence (``Rung.near_by``): per sample, the best margin loss its rungs reached (-inf: none)
+    nearness: Dict[str, torch.Tensor] = field(default_factory=dict)
     status: str = ""
     detail: str = ""
 
     def __post_init__(self) -> None:
         if not self.broken_by:
             self.broken_by = [""] * len(self.robust)
-        if self.nearness is None:
-            self.nearness = torch.full((len(self.robust),), float("-inf"))
+        for kind in ("gradient", "free"):
+            self.nearness.setdefault(kind, torch.full((len(self.robust),), float("-inf")))
 
     def charge(self, rung: str, idx: torch.Tensor, fwd: torch.Tensor, bwd: torch.Tensor) -> None:
         n = len(self.robust)
@@ -240,18 +257,30 @@ class Ladder:
         if self.worst is not None and res.x_adv is not None and len(broke):
             self.worst[broke] = res.x_adv[hit.to(res.x_adv.device)].detach().to(self.worst.device, self.worst.dtype)
         if res.nearness is not None and len(idx):
-            self.nearness[idx] = torch.maximum(self.nearness[idx], res.nearness.detach().float().cpu())
+            t = self.nearness[rung.near_by]
+            t[idx] = torch.maximum(t[idx], res.nearness.detach().float().cpu())
         self.history.append({"id": rung.id, "attacked": int(len(idx)), "broke": int(len(broke)),
                              "full": rung.scope == "robust", "label": rung.attack, "round": rung.round,
                              "family": rung.family, "scope": rung.scope, "settings": rung.describe()})
         return int(len(broke))
 
-    def near(self, share: float, least: int) -> torch.Tensor:
-        """Mask of the still-robust samples nearest the boundary: the ``share`` (at least ``least``) with the
-        highest nearness; ties and samples without a nearness keep sample order."""
+    def misled(self) -> torch.Tensor:
+        """Mask of the still-robust samples on which Square came at least as near the boundary as the gradient
+        families (the same scale-free DLR margin): a short random search matching 100-iteration gradient attacks
+        says their gradients mislead there, so only the gradient-free search is evidence about them."""
+        free, grad = self.nearness["free"], self.nearness["gradient"]
+        return self.robust & torch.isfinite(free) & (free >= grad)
+
+    def near(self, share: float, least: int, by: str = "gradient") -> torch.Tensor:
+        """Mask of the still-robust samples nearest the boundary by ``by``'s evidence: the ``share`` (at least
+        ``least``) with the highest nearness; ties and samples without a nearness keep sample order. Where that kind
+        has no evidence on any still-robust sample, the other kind's."""
         rob = self.robust.nonzero().squeeze(1)
         k = min(len(rob), max(int(least), math.ceil(share * len(rob))))
-        order = torch.sort(self.nearness[rob], descending=True, stable=True).indices
+        score = self.nearness[by][rob]
+        if len(rob) and not bool(torch.isfinite(score).any()):
+            score = self.nearness["free" if by == "gradient" else "gradient"][rob]
+        order = torch.sort(score, descending=True, stable=True).indices
         mask = torch.zeros_like(self.robust)
         mask[rob[order[:k]]] = True
         return mask
@@ -273,10 +302,14 @@ def climb(ladder: Ladder, spec: LadderSpec, eps: float, run: RunAttack, *, unsta
     for r in range(1, spec.rounds + 1):
         if not ladder.robust.any():
             break
-        scope = ladder.robust.clone() if r == 1 else ladder.near(spec.near_share, spec.near_min)
+        # a later round's scopes are fixed at its start (by each kind's evidence so far), so its rungs share them
+        scopes = {by: ladder.robust.clone() if r == 1 else ladder.near(spec.near_share, spec.near_min, by)
+                  for by in ("gradient", "free")}
+        if r > 1:  # and every sample on which the gradient families did no better than a short random search
+            scopes["free"] |= ladder.misled()
         broke_round, families = 0, set()
         for rung in planned_round(spec, eps, r, unstable, bool((no_grad & ladder.robust).any())):
-            mask = ladder.robust & (no_grad if rung.scope == "no-gradient" else scope)
+            mask = ladder.robust & (no_grad if rung.scope == "no-gradient" else scopes[rung.near_by])
             idx = mask.nonzero().squeeze(1)
             if len(idx):
                 res = run(rung, idx)
@@ -318,7 +351,7 @@ def verdict(ladder: Ladder, spec: LadderSpec, tol: int, rounds: List[Tuple[int, 
     if broke <= tol and families >= set(FAMILIES):
         status = _reduced(spec, CONVERGED)
         return status, (f"round {r} ({'every still-robust sample' if r == 1 else 'the nearest still-robust samples'}"
-                        f": APGD-CE, ranked APGD-T, FAB-T, Square) broke {broke} sample(s) (tolerance {tol})")
+                        f": ranked APGD-T, APGD-CE, FAB-T, Square) broke {broke} sample(s) (tolerance {tol})")
     return NOT_CONVERGED, (f"round {r}, the last ({spec.rounds} allowed), still broke {broke} sample(s) (tolerance "
                            f"{tol}): raise --converge-opt rounds, or report the number as an upper bound")
 

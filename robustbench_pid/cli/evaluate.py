@@ -98,9 +98,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "how many verdicts agree")
     c = p.add_argument_group("converged robust accuracy (docs/attacks.md)")
     c.add_argument("--converge", action="store_true",
-                   help="per eps, escalate from your attack through APGD-CE, APGD-T, FAB-T, Square (and EOT, stronger "
-                        "APGD, SPSA where the evidence calls for them), each on the samples still robust, until a "
-                        "rung breaks (almost) nothing more; standard protocol only")
+                   help="per eps, escalate from your attack through rounds of four attack families (ranked APGD-T, "
+                        "APGD-CE, FAB-T, Square; EOT and SPSA where the evidence calls for them), each on the samples "
+                        "still robust, until a round breaks (almost) nothing more; standard protocol only")
     c.add_argument("--converge-tol", metavar="SHARE",
                    help="stop when a full rung breaks at most this share of a work unit's samples (default 0.001, at most "
                         "0.05) or one sample (--converge-opt tol_min)")

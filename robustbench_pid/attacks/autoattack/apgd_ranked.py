@@ -11,8 +11,10 @@ highest logits besides the true one), charged to the telemetry like the attack's
 ``first`` picks where in the ranking the attack starts (1 = the nearest boundary), so a ladder can give
 the next ranked targets to a later round. Each target gets one APGD run of ``steps`` iterations of
 pyautoattack's ``APGDAttack_targeted`` (the authors' code: the targeted DLR loss, its step-size rule
-and checkpoints), only on the samples no earlier target broke. ``stats["best_loss"]`` keeps each sample's best targeted DLR
-loss over its targets (scale-free; > 0 once broken): how near the boundary it came.
+and checkpoints), only on the samples no earlier target broke. ``stats["best_loss"]`` keeps, per sample, the
+untargeted DLR loss (scale-free; > 0 once broken) at the best point of its best target: how near the boundary it
+came, on the scale Square's nearness uses (one forward pass per sample and target), so a convergence ladder can
+compare the two families' evidence.
 """
 from __future__ import annotations
 
@@ -23,7 +25,7 @@ import torch
 
 from .. import attacks
 from ._library import need_classes, quiet_logger, run_library
-from ..base import Attack, Bounds
+from ..base import Attack, Bounds, dlr_losses
 
 
 def rank_targets(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, pool: int) -> torch.Tensor:
@@ -77,8 +79,9 @@ class APGDRanked(Attack):
                             f"beyond the {self.pool} ranked candidates; raise pool or lower first/targets")
 
     def passes(self) -> Tuple[float, float]:
-        """The ranking (``pool`` backward passes) and one gradient pass per iteration and target."""
-        return 1.0, float(self.pool + self.steps * self.targets)
+        """The ranking (``pool`` backward passes), one gradient pass per iteration and target, and one forward pass
+        per target for the nearness at its best point."""
+        return 1.0 + self.targets, float(self.pool + self.steps * self.targets)
 
     def perturb(self, model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, bounds: Bounds,
                 generator: torch.Generator) -> torch.Tensor:
@@ -105,15 +108,17 @@ class APGDRanked(Attack):
                 if not idx.numel():
                     break
                 obj.y_target = order[idx, k]
-                _, acc, loss_k, adv_k = obj.attack_single_run(u[idx], yy[idx])
-                best[idx] = torch.maximum(best[idx], loss_k.detach().float().reshape(-1))
+                x_best, acc, _, adv_k = obj.attack_single_run(u[idx], yy[idx])
+                with torch.no_grad():
+                    near = dlr_losses(obj.model(x_best), yy[idx])
+                best[idx] = torch.maximum(best[idx], near.detach().float().reshape(-1))
                 hit = (acc.reshape(-1) == 0).nonzero().squeeze(1)
                 robust[idx[hit]] = False
                 adv[idx[hit]] = adv_k[hit]
             return adv
 
         x_adv = run_library(self, model, x, y, bounds, generator, build, call)
-        # the best targeted DLR loss per sample (> 0: broken): how near the boundary the attack came, which a
+        # the best untargeted DLR loss per sample (> 0: broken): how near the boundary the attack came, which a
         # convergence ladder uses to pick the samples its later rounds attack
         self.stats["best_loss"] = best
         return x_adv

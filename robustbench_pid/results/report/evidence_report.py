@@ -37,7 +37,7 @@ def converge_section(rows: pd.DataFrame) -> str:
         return ""
     return ("<h2 id='converge'>Converged robust accuracy</h2>"
             "<p class='muted'>Per eps, a ladder of attacks each run only on the samples still robust (your attack, "
-            "APGD-CE, APGD-T, FAB-T, Square, and EOT / stronger APGD / SPSA where the evidence calls for them) until "
-            "a full rung breaks at most the stated tolerance; the status says whether the number converged or is "
+            "then rounds of ranked APGD-T, APGD-CE, FAB-T and Square, with EOT / SPSA where the evidence calls for "
+            "them) until a round breaks at most the stated tolerance; the status says whether the number converged or is "
             "only an upper bound (docs/attacks.md).</p>"
             f"<pre>{html.escape(text)}</pre>")

@@ -24,8 +24,14 @@ CONVERGED, NOT_CONVERGED, UPPER_BOUND = "converged", "not converged", "upper bou
 BATCH_DEPENDENT = "not converged: outputs depend on the batch"
 REDUCED = "converged (reduced ladder"  # + ": settings below the defaults)": a weaker ladder says so in its status
 STATUSES = (CONVERGED, NOT_CONVERGED, UPPER_BOUND, BATCH_DEPENDENT)
+# The ladder's design revision (benchmarks/ladder.py: rung order, rung 0's stopping, the probes), part of every
+# converge unit's key, so a run folder of another revision is never resumed with this one, and recorded in its
+# params, so a result of an earlier design says so (``ladder_design``). 1: gradient rungs, later families only
+# where gradients failed; 2: four families in rounds, round 1's APGD-T a sweep of all ranked targets; 3: rung 0
+# stops each sample at its first top-1 break, each round runs APGD-T before APGD-CE, one instability draw.
+DESIGN = 3
 MAX_ROUNDS = 9  # rung ids of later rounds carry "@r"; the order below lists them up to this round
-ROUND_RUNGS = ("apgd-ce", "apgd-t", "fab-t", "square")
+ROUND_RUNGS = ("apgd-t", "apgd-ce", "fab-t", "square")  # a round's rungs, in the order they run
 
 
 def rung_id(base: str, r: int) -> str:
@@ -33,10 +39,11 @@ def rung_id(base: str, r: int) -> str:
     return base if r == 1 else f"{base}@{r}"
 
 
-# the rungs in the order every ladder runs them ("probe": the passes of the instability/batch/gradient probes);
-# "strong-flagged"/"strong-all": rungs of ladders recorded before the rounds existed (read back, never run)
-RUNG_ORDER = (("user", "probe", "eot-ce", "eot-dlr", "apgd-ce", "strong-flagged", "apgd-t", "fab-t", "square",
-               "spsa", "strong-all")
+# the rungs in the order the current ladder runs them ("probe": the passes of the instability/batch/gradient
+# probes); "strong-flagged"/"strong-all": rungs of ladders recorded before the rounds existed (read back, never
+# run). A condition's curve follows the order its records say the rungs ran in (``run_order``): earlier designs
+# ran APGD-CE before APGD-T.
+RUNG_ORDER = (("user", "probe", "eot-ce", "eot-dlr") + ROUND_RUNGS + ("strong-flagged", "spsa", "strong-all")
               + tuple(rung_id(b, r) for r in range(2, MAX_ROUNDS + 1) for b in ROUND_RUNGS))
 RUNG_LABELS = {"user": "your attack", "eot-ce": "APGD-CE + EOT", "eot-dlr": "APGD-DLR + EOT", "apgd-ce": "APGD-CE",
                "strong-flagged": "APGD-CE strong (flagged)", "apgd-t": "APGD-T (ranked)", "fab-t": "FAB-T",
@@ -44,6 +51,17 @@ RUNG_LABELS = {"user": "your attack", "eot-ce": "APGD-CE + EOT", "eot-dlr": "APG
 RUNG_LABELS.update({rung_id(b, r): f"{RUNG_LABELS[b]}, round {r} (nearest)" for r in range(2, MAX_ROUNDS + 1)
                     for b in ROUND_RUNGS})
 CONVERGE_METRICS = ("rung_top1", "converge_gap", "converge_passes_forward", "converge_passes_backward")
+
+
+def ladder_design(params: Any) -> int:
+    """The design revision that made a converge record (its ``params`` JSON); 0 if they cannot be read."""
+    import json
+
+    try:
+        p = json.loads(str(params))
+        return int(p.get("design") or (2 if "sweep_steps" in p["ladder"] else 1))
+    except (KeyError, ValueError, TypeError, AttributeError):
+        return 0
 
 
 def is_converged(status: str) -> bool:
@@ -133,11 +151,25 @@ def _passes(g: pd.DataFrame, rung: str, kind: str) -> pd.Series:
     return pd.to_numeric(g[col], errors="coerce").fillna(0.0) if col in g.columns else pd.Series(0.0, index=g.index)
 
 
+def run_order(g: pd.DataFrame) -> List[str]:
+    """The rungs in the order the condition's ladders ran them (each unit's ``converge_rungs``, merged; the
+    probes right after rung 0), then any other known rung in ``RUNG_ORDER``'s order."""
+    seen: List[str] = []
+    for rs in g["converge_rungs"].astype(str).unique():
+        for r in rs.split(","):
+            if r and r not in seen:
+                seen.append(r)
+    if "probe" not in seen:
+        seen.insert(1 if seen[:1] == ["user"] else 0, "probe")
+    return seen + [r for r in RUNG_ORDER if r not in seen]
+
+
 def curve(g: pd.DataFrame) -> pd.DataFrame:
     """Robust accuracy after each rung that ran on some chunk, with cumulative mean passes per sample."""
     ran = {r for rs in g["converge_rungs"].astype(str).unique() for r in rs.split(",") if r}
-    rungs = [r for r in RUNG_ORDER if r in ran]
-    pos = {r: i for i, r in enumerate(RUNG_ORDER)}
+    order = run_order(g)
+    rungs = [r for r in order if r in ran]
+    pos = {r: i for i, r in enumerate(order)}
     clean = g["clean_correct_top1"].astype(bool)
     broken = g["broken_by"].fillna("").astype(str).map(lambda r: pos.get(r, -1) if r else 10 ** 6)
     settings = rung_settings(g)
@@ -145,7 +177,7 @@ def curve(g: pd.DataFrame) -> pd.DataFrame:
     fwd = pd.Series(0.0, index=g.index)
     bwd = pd.Series(0.0, index=g.index)
     n = len(g)
-    for r in RUNG_ORDER:
+    for r in order:
         fwd = fwd + _passes(g, r, "fwd")
         bwd = bwd + _passes(g, r, "bwd")
         if r not in rungs:
