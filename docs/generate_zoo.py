@@ -130,22 +130,16 @@ def ladder_status(alias: str, row: str) -> str:
     """The ``--converge`` status of ``alias``'s converged ``row`` in the reference run ('' if not run)."""
     import pandas as pd
 
-    from robustbench_pid.results.summaries.converge import condition_status
+    from robustbench_pid.results.summaries.converge import DESIGN, condition_status, ladder_design
 
     found = sorted(CLAIMS_RUN.glob(f"{alias}@*/converged/{row}/records.parquet"))
     if not found:
         return ""
-    import json
-
     r = pd.read_parquet(found[0])  # condition_status reads the rounds (history, verdicts) too
     r = r[r["attack"] == "converge"]
     status = condition_status(r)
-    try:
-        earlier = "sweep_steps" not in json.loads(str(r["params"].iloc[0]))["ladder"]
-    except (KeyError, ValueError, IndexError, TypeError):
-        earlier = False
-    # a ladder recorded before the current design (the four-family rule, round 1's sweep of all ranked targets):
-    # said, not hidden
+    earlier = 0 < ladder_design(r["params"].iloc[0]) < DESIGN if len(r) else False
+    # a ladder recorded by an earlier design than the current one: said, not hidden
     return f"{status} (earlier ladder)" if earlier else status
 
 

@@ -53,14 +53,13 @@ def _wall(r) -> str:
 
 
 def earlier_ladder(out: Path, model: str, eps: str) -> bool:
-    """Was the cell's ladder run before the current design (no ``sweep_steps`` among its recorded settings)?"""
-    import json
-
+    """Was the cell's ladder run by an earlier design than the current one (its recorded ``design``)?"""
     from robustbench_pid.results.store import load_records
+    from robustbench_pid.results.summaries.converge import DESIGN, ladder_design
 
     r = load_records(cell_dir(out, model, eps) / "converge")
     c = r[r["attack"] == "converge"]
-    return "sweep_steps" not in json.loads(str(c["params"].iloc[0])).get("ladder", {})
+    return ladder_design(c["params"].iloc[0]) < DESIGN
 
 
 def _table(bench: pd.DataFrame) -> str:
@@ -95,20 +94,20 @@ def _rungs(out: Path, bench: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
-# the grid: the embedded pair at the papers' 1..6/255 on 360 digits; the adversarially trained pair at its training
-# eps (8/255, where it is built to resist: most samples robust, AutoAttack at its most expensive, about 40 CPU minutes
-# per 120 images on one core, hence the first 120) and twice it (16/255, where PGD-20 leaves about 60%: many samples
-# near the boundary, the stop rule's hardest case)
+# the grid: the embedded pair at the papers' 1..6/255, and the adversarially trained pair at its training eps (8/255,
+# where it is built to resist: most samples robust, AutoAttack at its most expensive) and twice it (16/255, where
+# PGD-20 leaves about 60%: many samples near the boundary, the stop rule's hardest case), each on all 360 test digits;
+# a cell measured on fewer images so far (AutoAttack on a model that resists it takes CPU hours) says so
 GRID = {"deit": [f"{e}/255" for e in range(1, 7)], "pid_deit": [f"{e}/255" for e in range(1, 7)],
         "deit_at": ["8/255", "16/255"], "pid_deit_at": ["8/255", "16/255"]}
-GRID_N = {"deit_at": 120, "pid_deit_at": 120}  # images per cell where not 360
+GRID_IMAGES = 360
 PAIRS = (("deit", "pid_deit", "softmax DeiT", "PID DeiT"),
          ("deit_at", "pid_deit_at", "softmax DeiT (PGD-AT)", "PID DeiT (PGD-AT)"))
 
 
 def _paired(out: Path, eps_list: List[str]) -> str:
-    """PID DeiT minus softmax DeiT (and the pair trained adversarially), under PGD-20 (rung 0) and converged,
-    McNemar on shared samples."""
+    """PID DeiT minus softmax DeiT (and the pair trained adversarially), under PGD-20 (the user's row, the number
+    the bench table shows) and converged, McNemar on shared samples."""
     from robustbench_pid.core.labels import parse_eps
     from robustbench_pid.results.stats.stats import mcnemar_exact
     from robustbench_pid.results.store import load_records
@@ -120,12 +119,12 @@ def _paired(out: Path, eps_list: List[str]) -> str:
             eps = parse_eps(e)
             if not all((cell_dir(out, m, e) / "bench.csv").is_file() for m in (base, method)):
                 continue
-            for label, col in (("PGD-20", "rung0_correct_top1"), ("converged", "correct_top1")):
+            for label, rows in (("PGD-20", ("attack", "pgd")), ("converged", ("benchmark", "converge"))):
                 v = {}
                 for m in (base, method):
                     r = load_records(cell_dir(out, m, e) / "converge")
-                    c = r[(r["benchmark"] == "converge") & ((r["eps"] - eps).abs() < 1e-9)]
-                    v[m] = c.set_index(c["sample_id"].astype(str))[col].astype(bool)
+                    c = r[(r[rows[0]] == rows[1]) & ((r["eps"] - eps).abs() < 1e-9)]
+                    v[m] = c.set_index(c["sample_id"].astype(str))["correct_top1"].astype(bool)
                 shared = v[base].index.intersection(v[method].index)
                 a, b = v[base].loc[shared], v[method].loc[shared]
                 t = mcnemar_exact(a.tolist(), b.tolist())
@@ -215,10 +214,14 @@ def render(out: Path) -> str:
     bench["status"] = [f"{s} (earlier ladder)" if e else s for s, e in zip(bench["status"], earlier)]
     eps_list = list(dict.fromkeys(bench["eps"].astype(str)))
     n = sorted(set(bench["n"].astype(int)))
-    grid = [f"{m} {e}" for m, eps in GRID.items() for e in eps
-            if not ((bench["model"] == m) & (bench["eps"].astype(str) == e) & (bench["n"] == GRID_N.get(m, 360))).any()]
-    missing = (f"the whole grid ran: {sum(map(len, GRID.values()))} cells" if not grid else
-               f"not yet run: {', '.join(f'{c} ({GRID_N.get(c.split()[0], 360)} images)' for c in grid)}; the "
+    ran = {(m, str(e)): int(k) for m, e, k in zip(bench["model"], bench["eps"], bench["n"])}
+    absent = [f"{m} {e}" for m, eps in GRID.items() for e in eps if (m, e) not in ran]
+    fewer = [f"{m} {e} ({ran[(m, e)]} of {GRID_IMAGES})" for m, eps in GRID.items() for e in eps
+             if 0 < ran.get((m, e), GRID_IMAGES) < GRID_IMAGES]
+    todo = "; ".join(([f"not yet run: {', '.join(absent)}"] if absent else []) +
+                     ([f"run on fewer images so far: {', '.join(fewer)}"] if fewer else []))
+    missing = (f"the whole grid ran: {sum(map(len, GRID.values()))} cells on {GRID_IMAGES} images each" if not todo else
+               f"{todo}; the "
                f"script resumes and adds them")
     cpu = "this project's CPU machine (2 cores)"
     dev = bench["device"].fillna(cpu) if "device" in bench.columns else pd.Series([cpu] * len(bench))
@@ -234,9 +237,9 @@ def render(out: Path) -> str:
         f"of the ladder's and AutoAttack's work units on the same device, one thread per process "
         f"(indicative: the machine's other load is not controlled; '-' where the ladder run was made on another device "
         f"and reused, so the two were not timed side by side). Criteria: {CRITERIA}. A status marked (earlier "
-        f"ladder) comes from a run made before the current ladder (round 1's APGD-T: all 9 ranked targets x 12 "
-        f"iterations; later rounds on the samples nearest the boundary by any rung's DLR margin): that design's "
-        f"verdict, kept until the cell is run again.",
+        f"ladder) comes from a run made by an earlier design of the ladder than the current one (rung 0 stopped at "
+        f"each sample's first top-1 break, APGD-T before APGD-CE in every round): that design's verdict, kept until "
+        f"the cell is run again.",
         *_chunking(bench),
         _table(bench),
         "What each rung of the ladder spent and broke (rounds >= 2 attack only the still-robust samples nearest the "

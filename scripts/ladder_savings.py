@@ -6,12 +6,13 @@ samples each breaks and the passes each spends.
   ranked by linearised boundary distance, 12 iterations each), its later rounds' 3 ranked targets x 100 (as if
   on every sample), and the first design's 2 ranked targets x 100 (which missed breaks ranked 3rd to 6th);
 - FAB-T: 9 targets x 100 iterations against 1 x 50;
-- Square: 5,000 queries against 500 (round 1) and 2,000 (round 2's budget, as if on every sample).
+- Square: 5,000 queries against 500 (round 1) and 1,000 (round 2's budget, as if on every sample).
 
 Each row is run in one process on one device, so the passes compare exactly and the seconds indicatively. The
 docs block is the rendering of the CSVs under ``docs/runs/savings/``:
 
     python scripts/ladder_savings.py --model deit --eps 4/255 --limit 120    # measure one cell (minutes)
+    python scripts/ladder_savings.py --model deit --eps 4/255 --only APGD-T   # re-measure one rung's rows
     python scripts/ladder_savings.py --render                                # docs/attacks.md's block
     python scripts/ladder_savings.py --check                                 # exit 1 if the block is stale
 """
@@ -45,11 +46,12 @@ VARIANTS = [  # (rung, label, attack, settings); the first of each rung is AutoA
     ("FAB-T", "ladder round 1: 1 target x 50", "fab_t", {"steps": 50, "targets": 1}),
     ("Square", "AutoAttack: 5,000 queries", "square", {"n_queries": 5000}),
     ("Square", "ladder round 1: 500 queries", "square", {"n_queries": 500}),
-    ("Square", "ladder round 2 budget: 2,000 queries", "square", {"n_queries": 2000}),
+    ("Square", "ladder round 2 budget: 1,000 queries", "square", {"n_queries": 1000}),
 ]
 
 
-def measure(model_name: str, e: str, limit: int) -> pd.DataFrame:
+def measure(model_name: str, e: str, limit: int, only: List[str] = ()) -> pd.DataFrame:
+    """One row per variant (those of the rungs in ``only``, if given) on the samples PGD-20 and APGD-CE left."""
     import torch
 
     import robustbench_pid as rbp
@@ -74,6 +76,8 @@ def measure(model_name: str, e: str, limit: int) -> pd.DataFrame:
     idx = robust_after("apgd_ce", idx, steps=100)
     rows = []
     for rung, label, name, kw in VARIANTS:
+        if only and rung not in only:
+            continue
         a = make_attack(name, eps=eps, **kw)
         t = time.time()
         x_adv = a(model, x[idx], y[idx], generator=torch.Generator().manual_seed(0))
@@ -119,6 +123,9 @@ def main(argv: List[str] = None) -> int:
     p.add_argument("--model")
     p.add_argument("--eps")
     p.add_argument("--limit", type=int, default=120)
+    p.add_argument("--only", nargs="+", choices=sorted({v[0] for v in VARIANTS}),
+                   help="re-measure only these rungs' variants; the cell's other rows are kept (all variants of a "
+                        "cell attack the same samples, which is checked)")
     p.add_argument("--render", action="store_true")
     p.add_argument("--check", action="store_true")
     a = p.parse_args(argv)
@@ -133,10 +140,18 @@ def main(argv: List[str] = None) -> int:
     if not (a.model and a.eps):
         p.error("--model and --eps (or --render / --check)")
     OUT.mkdir(parents=True, exist_ok=True)
-    df = measure(a.model, a.eps, a.limit)
+    df = measure(a.model, a.eps, a.limit, a.only or ())
+    path = OUT / f"{a.model}@{a.eps.replace('/', '-')}.csv"
+    if a.only and path.is_file():
+        old = pd.read_csv(path, dtype={"broken_ids": str})
+        if set(old["attacked"]) != set(df["attacked"]) or set(old["n"]) != set(df["n"]):
+            p.error(f"{path} was measured on other samples (--limit); re-measure every rung (drop --only)")
+        df = pd.concat([old[~old["rung"].isin(a.only)], df], ignore_index=True)
+        order = {(v[0], v[1]): i for i, v in enumerate(VARIANTS)}
+        df = df.iloc[sorted(range(len(df)), key=lambda i: order.get((df["rung"].iloc[i], df["variant"].iloc[i]), 99))]
     tmp = OUT / f".{a.model}@{a.eps.replace('/', '-')}.tmp"
     df.to_csv(tmp, index=False)
-    tmp.replace(OUT / f"{a.model}@{a.eps.replace('/', '-')}.csv")
+    tmp.replace(path)
     return 0
 
 
