@@ -717,6 +717,36 @@ def test_the_ladder_savings_block_is_the_rendering_of_the_committed_measurements
     assert mod.main(["--check"]) == 1
 
 
+def test_ladder_savings_only_re_measures_the_named_rungs_and_keeps_the_rest_in_order(tmp_path, monkeypatch):
+    """``--only RUNG``: the cell's other rows stay as measured, the new rows take their places in the variant order,
+    and a cell measured on other samples is refused (its rows would not compare)."""
+    import importlib.util
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    spec = importlib.util.spec_from_file_location("ladder_savings", root / "scripts" / "ladder_savings.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["ladder_savings"] = mod
+    spec.loader.exec_module(mod)
+
+    def rows(rungs, broke, attacked=10):
+        return pd.DataFrame([{"model": "m", "eps": "4/255", "n": 40, "attacked": attacked, "rung": r, "variant": v,
+                              "broke": broke, "fwd_per_attacked": 1.0, "bwd_per_attacked": 1.0, "seconds": 1.0,
+                              "broken_ids": ""} for r, v, _, _ in mod.VARIANTS if r in rungs])
+
+    monkeypatch.setattr(mod, "OUT", tmp_path)
+    rows(("APGD-T", "FAB-T", "Square"), 1).to_csv(tmp_path / "m@4-255.csv", index=False)
+    monkeypatch.setattr(mod, "measure", lambda m, e, limit, only: rows(only, 2))
+    assert mod.main(["--model", "m", "--eps", "4/255", "--only", "FAB-T"]) == 0
+    got = pd.read_csv(tmp_path / "m@4-255.csv")
+    assert list(got["variant"]) == [v for _, v, _, _ in mod.VARIANTS]
+    assert got.set_index("rung")["broke"].groupby(level=0).max().to_dict() == {"APGD-T": 1, "FAB-T": 2, "Square": 1}
+    monkeypatch.setattr(mod, "measure", lambda m, e, limit, only: rows(only, 2, attacked=11))
+    with pytest.raises(SystemExit):
+        mod.main(["--model", "m", "--eps", "4/255", "--only", "Square"])
+    assert pd.read_csv(tmp_path / "m@4-255.csv").equals(got)
+
+
 def test_a_curve_follows_the_order_its_ladder_ran_and_an_earlier_design_says_so():
     """A condition's curve accumulates robust accuracy and passes in the order its records say the rungs ran (an
     earlier design ran APGD-CE before APGD-T); the design that made a record is read from its params."""
