@@ -172,7 +172,9 @@ def claims_block() -> str:
            f"Difference = method - baseline top-1 in points on the same images, [95% interval of the paired "
            f"difference], p = McNemar's exact test. Paper-protocol attack rows are upper bounds on robust accuracy "
            f"under one attack with the papers' settings; a converged value is the per-sample worst case over the "
-           f"`--converge` ladder (standard protocol, started from the row's PGD-20), with the ladder's status.", "",
+           f"`--converge` ladder (standard protocol, started from the row's PGD-20), with the ladder's status; a status "
+           f"marked (earlier ladder) comes from a run made by an earlier design of the ladder than the current one "
+           f"(docs/attacks.md): that design's verdict, kept until the row is run again.", "",
            "| claim | clean | FGSM 3/255 | PGD-20 1/255 | PGD-20 3/255 | PGD-20 6/255 | verdict (PGD-20) | "
            + " | ".join(f"{_row_label(study, r)} converged | verdict (converged)" for r in CONVERGED_ROWS) + " |",
            "|---|---|---|---|---|---|---|" + "---|---|" * len(CONVERGED_ROWS)]
