@@ -387,16 +387,21 @@ def test_reproduce_converge_rows_and_why_others_get_none():
     assert "not an attack row" in got["clean"][1] and "noise" in got["noise"][1] and "L1" in got["sld"][1]
 
 
-def _bench():
+def _script(name: str):
+    """One of scripts/*.py, imported as a module."""
     import importlib.util
     import sys
 
     root = Path(__file__).resolve().parents[1]
-    spec = importlib.util.spec_from_file_location("bench_converge", root / "scripts" / "bench_converge.py")
+    spec = importlib.util.spec_from_file_location(name, root / "scripts" / f"{name}.py")
     mod = importlib.util.module_from_spec(spec)
-    sys.modules["bench_converge"] = mod
+    sys.modules[name] = mod
     spec.loader.exec_module(mod)
     return mod
+
+
+def _bench():
+    return _script("bench_converge")
 
 
 def test_the_converge_docs_block_is_the_rendering_of_the_committed_bench_runs(tmp_path, monkeypatch):
@@ -700,14 +705,7 @@ def test_cut_gradients_in_one_sample_units_are_still_an_upper_bound(plain, digit
 def test_the_ladder_savings_block_is_the_rendering_of_the_committed_measurements(tmp_path, monkeypatch):
     """docs/attacks.md's per-rung savings (AutoAttack's setting against the ladder's on the same samples) come from
     scripts/ladder_savings.py over docs/runs/savings; an edited number makes --check fail."""
-    import importlib.util
-    import sys
-
-    root = Path(__file__).resolve().parents[1]
-    spec = importlib.util.spec_from_file_location("ladder_savings", root / "scripts" / "ladder_savings.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["ladder_savings"] = mod
-    spec.loader.exec_module(mod)
+    mod = _script("ladder_savings")
     assert mod.main(["--check"]) == 0
     text = mod.DOC.read_text()
     body = text.split(mod.BEGIN, 1)[1].split(mod.END, 1)[0]
@@ -720,14 +718,7 @@ def test_the_ladder_savings_block_is_the_rendering_of_the_committed_measurements
 def test_ladder_savings_only_re_measures_the_named_rungs_and_keeps_the_rest_in_order(tmp_path, monkeypatch):
     """``--only RUNG``: the cell's other rows stay as measured, the new rows take their places in the variant order,
     and a cell measured on other samples is refused (its rows would not compare)."""
-    import importlib.util
-    import sys
-
-    root = Path(__file__).resolve().parents[1]
-    spec = importlib.util.spec_from_file_location("ladder_savings", root / "scripts" / "ladder_savings.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["ladder_savings"] = mod
-    spec.loader.exec_module(mod)
+    mod = _script("ladder_savings")
 
     def rows(rungs, broke, attacked=10):
         return pd.DataFrame([{"model": "m", "eps": "4/255", "n": 40, "attacked": attacked, "rung": r, "variant": v,
