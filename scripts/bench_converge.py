@@ -41,9 +41,14 @@ REFERENCE = {"apgd_strong": {"steps": 250, "restarts": 5, "loss": "ce"}, "square
 
 def _unit_seconds(run: Path, benchmark: str, attack: str, eps: float) -> float:
     """Compute seconds of the run's work units of ``attack``; once the units are gone (they are not committed),
-    the whole run's ``compute_seconds`` from run.json (its short clean pass included)."""
+    the whole run's ``compute_seconds`` from run.json (its short clean pass included). Only the units its plan
+    lists: a folder resumed into a larger run may also hold the units of the smaller one's layout."""
     total, found = 0.0, False
+    plan = run / "plan.json"
+    planned = {u["key"] for u in json.loads(plan.read_text())["units"]} if plan.is_file() else None
     for p in (run / "units").glob("*.json"):
+        if planned is not None and p.stem not in planned:
+            continue
         u = json.loads(p.read_text())
         if u.get("benchmark") == benchmark and u.get("attack") == attack and abs(float(u["eps"]) - eps) < 1e-9:
             total, found = total + float(u.get("seconds", 0.0)), True

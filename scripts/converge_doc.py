@@ -206,6 +206,7 @@ def _tau_sweep(out: Path) -> str:
 
 def render(out: Path) -> str:
     from robustbench_pid.core.labels import parse_eps
+    from robustbench_pid.results.summaries.converge import DESIGN
 
     benches = [pd.read_csv(p) for p in sorted(out.glob("*@*/bench.csv"))]
     bench = pd.concat(benches, ignore_index=True)
@@ -237,8 +238,8 @@ def render(out: Path) -> str:
         f"of the ladder's and AutoAttack's work units on the same device, one thread per process "
         f"(indicative: the machine's other load is not controlled; '-' where the ladder run was made on another device "
         f"and reused, so the two were not timed side by side). Criteria: {CRITERIA}. A status marked (earlier "
-        f"ladder) comes from a run made by an earlier design of the ladder than the current one (rung 0 stopped at "
-        f"each sample's first top-1 break, APGD-T before APGD-CE in every round): that design's verdict, kept until "
+        f"ladder) comes from a run made by an earlier design of the ladder than the current one, design "
+        f"{DESIGN} (docs/attacks.md, \"Ladder revisions\"): that design's verdict, kept until "
         f"the cell is run again.",
         *_chunking(bench),
         _table(bench),

@@ -283,6 +283,27 @@ def test_round_one_sweeps_every_ranked_target_briefly_and_later_rounds_go_deep_o
         LadderSpec.from_options({"rounds": 4, "targets": 4})
 
 
+def test_square_grows_into_round_two_and_later_only_after_a_round_in_which_it_broke_a_sample():
+    """Design 4: 500 queries in round 1, 1,000 in round 2; a third round (run because a gradient family still
+    broke samples) doubles Square's queries only if Square broke a sample in round 2."""
+    spec = LadderSpec()
+
+    def queries(breaks):
+        run, _ = _fake(breaks)
+        lad = climb(_ladder(1000), spec, EPS, run, unstable=False, no_grad=torch.zeros(1000, dtype=torch.bool))
+        return [h["settings"].split(" (")[0] for h in lad.history if h["family"] == "free"]
+
+    gradient_only = queries({"apgd-t": 50, "apgd-t@2": 20})
+    assert gradient_only == ["Square-500", "Square-1000", "Square-1000"], gradient_only
+    assert queries({"apgd-t": 50, "apgd-t@2": 20, "square@2": 1}) == ["Square-500", "Square-1000", "Square-2000"]
+    assert queries({"apgd-t": 50, "square": 5, "apgd-t@2": 20}) == ["Square-500", "Square-1000", "Square-1000"]
+    stronger = LadderSpec.from_options({"square_growth": 4})
+    run, _ = _fake({"apgd-t": 50, "apgd-t@2": 20, "square@2": 3})
+    lad = climb(_ladder(1000), stronger, EPS, run, unstable=False, no_grad=torch.zeros(1000, dtype=torch.bool))
+    assert [h["settings"].split(" (")[0] for h in lad.history
+            if h["family"] == "free"] == ["Square-500", "Square-2000", "Square-8000"]
+
+
 def test_a_reduced_ladder_says_so_in_its_status_and_rung_settings():
     spec = LadderSpec.from_options({"steps": 1, "sweep_steps": 2, "targets": 1})
     assert spec.reductions() == ["steps 1 < 100", "sweep_steps 2 < 12", "targets 1 < 3"]
@@ -419,6 +440,23 @@ def test_the_converge_docs_block_is_the_rendering_of_the_committed_bench_runs(tm
     # every bench row's criteria are stated, and the table says which of the 360 x 1..6/255 cells ran
     assert "criteria" in body and "<= AA" in body and ("grid ran" in body or "not yet run" in body
                                                       or "run on fewer images so far" in body)
+
+
+def test_bench_seconds_count_only_the_units_the_run_plans(tmp_path):
+    """A 120-image run resumed into a 360-image one keeps the smaller layout's unit files: its seconds are not
+    the larger run's; without unit files (they are not committed), run.json's compute_seconds."""
+    bench = _bench()
+    run = tmp_path / "autoattack"
+    (run / "units").mkdir(parents=True)
+    unit = {"benchmark": "adversarial", "attack": "autoattack", "eps": 8 / 255}
+    for key, seconds in (("planned", 40.0), ("stale", 3000.0)):
+        (run / "units" / f"{key}.json").write_text(json.dumps({**unit, "seconds": seconds}))
+    (run / "plan.json").write_text(json.dumps({"units": [{"key": "planned"}]}))
+    (run / "run.json").write_text(json.dumps({"compute_seconds": 77.0}))
+    assert bench._unit_seconds(run, "adversarial", "autoattack", 8 / 255) == 40.0
+    for f in (run / "units").iterdir():
+        f.unlink()
+    assert bench._unit_seconds(run, "adversarial", "autoattack", 8 / 255) == 77.0
 
 
 def test_bench_cell_chunk_size_cuts_new_runs_into_units_and_reuses_finished_ones(tmp_path):

@@ -23,7 +23,9 @@ Rounds (``planned_round``), each rung on the samples still robust after the rung
   sweep breaks cost APGD-CE nothing;
 - round r >= 2, only if the round before broke more than the tolerance: the same four families with a
   fresh start and a larger budget (``targets`` ranked classes at the full ``steps`` each, the next ones in
-  each later round; the next FAB target; ``square_growth`` times the queries) on the still-robust samples
+  each later round; the next FAB target; Square with ``square_growth`` times the queries into round 2, and
+  in a later round only after a round in which Square broke a sample, else the same queries with fresh
+  draws: a larger search budget is spent only where the search still breaks samples) on the still-robust samples
   nearest the boundary: the ``near_share`` with the highest scale-free DLR margin reached so far (A^3's
   observation that the samples a stronger attack still breaks are those a weaker one brought closest). Each
   family is judged by its own kind of evidence: Square's later runs go to the samples Square itself came
@@ -79,7 +81,7 @@ class LadderSpec:
     fab_steps: int = 50
     fab_targets: int = 1  # FAB-T targets per round (round r: the next ones by logit)
     square_queries: int = 500  # Square's queries in round 1 ...
-    square_growth: int = 2  # ... times this per later round (round 2: 1,000, round 3: 2,000)
+    square_growth: int = 2  # ... times this into round 2 (1,000), and into a later round only after Square broke a sample
     rounds: int = 3
     near_share: float = 0.2  # rounds >= 2 attack this share of the still-robust samples, nearest first ...
     near_min: int = 8  # ... and at least this many
@@ -178,9 +180,12 @@ class Rung:
         return make_attack(self.attack, **self.params).describe()
 
 
-def planned_round(spec: LadderSpec, eps: float, r: int, unstable: bool, no_grad: bool) -> List[Rung]:
-    """The rungs of round ``r`` in order (see the module docstring)."""
+def planned_round(spec: LadderSpec, eps: float, r: int, unstable: bool, no_grad: bool,
+                  square_queries: Optional[int] = None) -> List[Rung]:
+    """The rungs of round ``r`` in order (see the module docstring). ``square_queries``: Square's budget this
+    round as ``climb`` grew it; None: the largest it can be (grown into every round), for cost estimates."""
     s, near = spec, ("robust" if r == 1 else "near")
+    queries = s.square_queries * s.square_growth ** (r - 1) if square_queries is None else int(square_queries)
     out: List[Rung] = []
     if unstable and r == 1:
         out += [Rung("eot-ce", "apgd_eot", {"eps": eps, "steps": s.eot_steps, "eot_iter": s.eot_iter, "loss": "ce"}),
@@ -190,7 +195,7 @@ def planned_round(spec: LadderSpec, eps: float, r: int, unstable: bool, no_grad:
         Rung(rung_id("apgd-ce", r), "apgd_ce", {"eps": eps, "steps": s.steps}, "ce", r, near),
         Rung(rung_id("fab-t", r), "fab_t", {"eps": eps, "steps": s.fab_steps, "targets": s.fab_targets,
                                             "first": (r - 1) * s.fab_targets + 1}, "boundary", r, near),
-        Rung(rung_id("square", r), "square", {"eps": eps, "n_queries": s.square_queries * s.square_growth ** (r - 1)},
+        Rung(rung_id("square", r), "square", {"eps": eps, "n_queries": queries},
              "free", r, near),
     ]
     if no_grad and r == 1:
@@ -299,16 +304,19 @@ def climb(ladder: Ladder, spec: LadderSpec, eps: float, run: RunAttack, *, unsta
     no_grad = no_grad.cpu()
     gradients_missing = int((no_grad & ladder.robust).sum()) > tol
     rounds: List[Tuple[int, int, set]] = []  # (round, broke, families that ran)
+    queries, square_broke = spec.square_queries, False
     for r in range(1, spec.rounds + 1):
         if not ladder.robust.any():
             break
+        if r == 2 or (r > 2 and square_broke):  # more search only where the search still breaks samples
+            queries *= spec.square_growth
         # a later round's scopes are fixed at its start (by each kind's evidence so far), so its rungs share them
         scopes = {by: ladder.robust.clone() if r == 1 else ladder.near(spec.near_share, spec.near_min, by)
                   for by in ("gradient", "free")}
         if r > 1:  # and every sample on which the gradient families did no better than a short random search
             scopes["free"] |= ladder.misled()
-        broke_round, families = 0, set()
-        for rung in planned_round(spec, eps, r, unstable, bool((no_grad & ladder.robust).any())):
+        broke_round, families, square_broke = 0, set(), False
+        for rung in planned_round(spec, eps, r, unstable, bool((no_grad & ladder.robust).any()), queries):
             mask = ladder.robust & (no_grad if rung.scope == "no-gradient" else scopes[rung.near_by])
             idx = mask.nonzero().squeeze(1)
             if len(idx):
@@ -319,6 +327,7 @@ def climb(ladder: Ladder, spec: LadderSpec, eps: float, run: RunAttack, *, unsta
                 broke = ladder.record(rung, idx, RungResult(torch.ones(0, dtype=torch.bool), torch.zeros(0),
                                                             torch.zeros(0)))
             broke_round += broke
+            square_broke |= rung.family == "free" and broke > 0
             if rung.family:
                 families.add(rung.family)
         rounds.append((r, broke_round, families))
