@@ -26,10 +26,8 @@ REDUCED = "converged (reduced ladder"  # + ": settings below the defaults)": a w
 STATUSES = (CONVERGED, NOT_CONVERGED, UPPER_BOUND, BATCH_DEPENDENT)
 # The ladder's design revision (benchmarks/ladder.py: rung order, rung 0's stopping, the probes), part of every
 # converge unit's key, so a run folder of another revision is never resumed with this one, and recorded in its
-# params, so a result of an earlier design says so (``ladder_design``). 1: gradient rungs, later families only
-# where gradients failed; 2: four families in rounds, round 1's APGD-T a sweep of all ranked targets; 3: rung 0
-# stops each sample at its first top-1 break, each round runs APGD-T before APGD-CE, one instability draw; 4:
-# Square's queries grow past round 2 only after a round in which Square broke a sample.
+# params, so a result of an earlier design says so (``ladder_design``). What each revision changed: docs/attacks.md,
+# "Ladder revisions" (one list, there).
 DESIGN = 4
 MAX_ROUNDS = 9  # rung ids of later rounds carry "@r"; the order below lists them up to this round
 ROUND_RUNGS = ("apgd-t", "apgd-ce", "fab-t", "square")  # a round's rungs, in the order they run
