@@ -91,13 +91,15 @@ def weights_table() -> str:
 
 # --- the claims audit -------------------------------------------------------------------------------------
 def _cells():
-    from robustbench_pid.studies.pairs import pair_cells
+    """The reference run's pair cells and its notes, less the converged rows it does not take by design."""
+    from robustbench_pid.studies.pairs import gap_notes, pair_results
     from robustbench_pid.studies.table import entries
     from robustbench_pid.studies.spec import parse_study
 
     study = parse_study(CLAIMS_RUN / "study.toml", name="claims-digits")
-    cells, notes = pair_cells(CLAIMS_RUN, study, entries(CLAIMS_RUN))
-    return study, cells, notes
+    cells, gaps, notes = pair_results(CLAIMS_RUN, study, entries(CLAIMS_RUN))
+    models = {c.name: c.model for c in study.columns}
+    return study, cells, gap_notes([g for g in gaps if not _by_design(g, study, models)]) + notes
 
 
 def _eps(label: str) -> str:
@@ -197,7 +199,7 @@ def claims_block() -> str:
         out.append("")
     out += pair_table(study, by, conv, models)
     out += pair_table(study, by, conv, models, AT_PAIR, ["pgd-4", *AT_ROWS])
-    out += [f"- {x}" for x in notes if not _by_design(x, study, models)]
+    out += [f"- {x}" for x in notes]
     return "\n".join(out).rstrip("\n")
 
 
@@ -283,19 +285,18 @@ def ladder_minutes() -> str:
     return f"{lo:.{0 if lo >= 10 else 1}f} to {hi:.0f}"
 
 
-def _by_design(note: str, study, models: Dict[str, str]) -> bool:
-    """A pairs note about a converged row the reference run does not take (``CONVERGED_ROWS``, and ``PAIR_ROWS``
-    for PID DeiT vs softmax DeiT): absent by design, so not listed as missing."""
-    import re
+def _by_design(gap, study, models: Dict[str, str]) -> bool:
+    """A pair's gap (``studies.pairs.Gap``) at a converged row the reference run does not take (``CONVERGED_ROWS``,
+    and ``PAIR_ROWS`` for PID DeiT vs softmax DeiT, ``AT_ROWS`` for the adversarially trained pair): absent by
+    design, so not listed as missing."""
+    from robustbench_pid.studies.spec import CONVERGED_DIR
 
-    m = re.search(r"^(.*), converged protocol, row '([^']+)'", note)
-    if m is None:
+    if gap.protocol != CONVERGED_DIR:
         return False
-    claim, row = m.groups()
-    cols = [(p.baseline, p.method) for p in study.pairs if p.claim == claim]
+    cols = [(p.baseline, p.method) for p in study.pairs if p.claim == gap.claim]
     pair = bool(cols) and {models.get(c) for c in cols[0]} == {"deit", "pid_deit"}
     at = bool(cols) and {models.get(c) for c in cols[0]} == set(AT_PAIR)
-    return row not in CONVERGED_ROWS and not (pair and row in PAIR_ROWS) and not (at and row in AT_ROWS)
+    return gap.row not in CONVERGED_ROWS and not (pair and gap.row in PAIR_ROWS) and not (at and gap.row in AT_ROWS)
 
 
 def _row_label(study, name: str) -> str:

@@ -4,6 +4,7 @@ the machine named. The README states no time of its own: its block ``readme-time
     python scripts/time_readme.py                  # run every command, print the table
     python scripts/time_readme.py --only doctor    # one of them (repeatable)
     python scripts/time_readme.py --render         # run them and write the table into README.md
+    python scripts/time_readme.py --render --note "2 cores shared with other jobs"   # what the machine line cannot say
 
 Each command runs in a fresh temporary folder (its ``results/`` lands there), with the clone's ``.venv/bin``
 programs, so the figures are what a new user waits on this machine. Not a test and not a benchmark ratio: one
@@ -48,15 +49,40 @@ def fmt_wall(seconds: float) -> str:
     return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.1f} min"
 
 
-def render(timings: Dict[str, Tuple[float, int]], machine: str) -> str:
-    """The block's body: one row per command timed, then the machine and date line."""
+def render(timings: Dict[str, Tuple[float, int]], machine: str, note: str = "") -> str:
+    """The block's body: one row per command timed, then the machine and date line (``note``: what the machine line
+    cannot say, e.g. that other jobs shared its cores)."""
     lines = ["| command | wall time | exit |", "|---|---|---|"]
     for name, cmd in COMMANDS:
         if name in timings:
             s, rc = timings[name]
             lines.append(f"| `{cmd}` | {fmt_wall(s)} | {rc} |")
-    lines += ["", f"Measured once each by `python scripts/time_readme.py --render` on {machine}."]
+    lines += ["", f"Measured once each by `python scripts/time_readme.py --render` on {machine}"
+                  + (f" ({note})" if note else "") + "."]
     return "\n".join(lines)
+
+
+ROW = re.compile(r"^\| `(?P<cmd>[^`]+)` \| (?P<wall>[^|]+) \| (?P<rc>-?\d+) \|$")
+DATED = re.compile(r"^Measured once each by `python scripts/time_readme\.py --render` on .+\d{4}-\d\d-\d\d \d\d:\d\d UTC")
+
+
+def block_problems(text: str, block: str = BLOCK) -> List[str]:
+    """Why README's block is out of step with the commands it times (empty: in step): each command of ``COMMANDS``
+    measured once, as README spells it, exit 0, and the machine line dated. A changed command leaves its old row
+    behind, so the block must be rendered again (``--render``) on some machine."""
+    start = re.search(rf"<!-- numbers:{re.escape(block)} [^\n]*-->\n", text)
+    end = text.find(f"<!-- /numbers:{block} -->")
+    if start is None or end < start.end():
+        return [f"no block {block!r}"]
+    body = text[start.end():end].strip().splitlines()
+    rows = {m["cmd"]: m["rc"] for m in (ROW.match(ln) for ln in body) if m}
+    want = [cmd for _, cmd in COMMANDS]
+    problems = [f"not measured: {cmd}" for cmd in want if cmd not in rows]
+    problems += [f"measured, but no longer a README command here: {cmd}" for cmd in rows if cmd not in want]
+    problems += [f"exit {rc}: {cmd}" for cmd, rc in rows.items() if rc != "0"]
+    if not any(DATED.match(ln) for ln in body):
+        problems.append("no dated machine line")
+    return problems
 
 
 def replace_block(text: str, body: str, block: str = BLOCK) -> str:
@@ -74,6 +100,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--only", action="append", default=[], metavar="NAME",
                    help=f"time only this command (repeatable): {', '.join(n for n, _ in COMMANDS)}")
     p.add_argument("--render", action="store_true", help="write the table into README.md's block " + BLOCK)
+    p.add_argument("--note", default="", help="said after the machine line, e.g. 'its 2 cores shared with other jobs'")
     args = p.parse_args(argv)
     names = [n for n, _ in COMMANDS]
     unknown = [n for n in args.only if n not in names]
@@ -89,10 +116,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"{name}: {cmd} ...", file=sys.stderr, flush=True)
         timings[name] = run_command(cmd)
         print(f"{name}: {fmt_wall(timings[name][0])}, exit {timings[name][1]}", file=sys.stderr, flush=True)
-    body = render(timings, machine())
+    body = render(timings, machine(), args.note)
     print(body)
     if args.render:
-        README.write_text(replace_block(README.read_text(), body))
+        text = replace_block(README.read_text(), body)
+        problems = block_problems(text)
+        if problems:  # a partial or failed measurement is not written over the block
+            print(f"error: {README} not written: {'; '.join(problems)}", file=sys.stderr)
+            return 1
+        README.write_text(text)
         print(f"wrote {README} (block {BLOCK})", file=sys.stderr)
     return 0
 

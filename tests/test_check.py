@@ -81,6 +81,24 @@ def test_significant_mode_fails_on_a_real_drop(results, tmp_path):
     assert res.failures.iloc[0]["delta_ci_high"] < 0
 
 
+def test_rows_the_baseline_lacks_are_one_line_unless_verbose(results, tmp_path):
+    """A baseline older than the telemetry metrics: every run's telemetry rows are "new"; the report says so in one
+    line (how many, of which models, which metrics) instead of a line per row, and --verbose still lists them."""
+    df, _, base = results
+    extra = [_row(m, "pgd", 4 / 255, metric, 20) for m in ("deit", "pid_deit")
+             for metric in ("silent_success", "passes_forward", "incomplete_optimization")]
+    p = tmp_path / "more.csv"
+    pd.concat([df, pd.DataFrame(extra)]).to_csv(p, index=False)
+    res = check(p, base)
+    assert res.ok and (res.rows["status"] == "new").sum() == 6
+    text = res.report().splitlines()
+    assert text[0] == ("new (not in the baseline, not compared; --verbose lists them, --update adds them): 6 rows of "
+                       "deit, pid_deit: metrics incomplete_optimization, passes_forward, silent_success")
+    assert not any(ln.lstrip().startswith("new ") and "digits" in ln for ln in text) and text[-1] == "PASSED"
+    verbose = res.report(verbose=True).splitlines()
+    assert sum(ln.lstrip().startswith("new ") for ln in verbose) == 6 and not verbose[0].startswith("new (")
+
+
 def test_missing_row_fails_new_row_does_not(results, tmp_path, capsys):
     df, _, base = results
     fewer = df[df["metric"] != "top5"]

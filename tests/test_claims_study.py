@@ -14,7 +14,7 @@ from robustbench_pid.cli import main
 from robustbench_pid.errors import UserError
 from robustbench_pid.models.zoo import zoo
 from robustbench_pid.results.stats.stats import paired_difference_interval
-from robustbench_pid.studies.table import read_pairs
+from robustbench_pid.studies.pairs import read_pairs
 from robustbench_pid.studies.spec import attack_settings, load_study, parse_study
 
 ROOT = Path(__file__).resolve().parents[1]

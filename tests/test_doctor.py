@@ -215,3 +215,17 @@ def test_a_device_that_is_not_there_is_one_error_line(monkeypatch, capsys) -> No
     assert cli_main(["doctor", "--quick", "--device", "cuda"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: --device cuda: CUDA is not available")
+
+
+def test_the_decode_check_says_nothing_about_a_partial_imagenet(tmp_path: Path) -> None:
+    """doctor's decode row reads a tree it generated (8 images): 'found 8 of the published 50,000 images' is about
+    that sample, no news to the person who ran doctor, so no warning reaches the terminal (issue 54)."""
+    import warnings
+
+    from robustbench_pid.data.generators.jpeg_tree import build_tree, decode_rate
+
+    build_tree(tmp_path / "tree", 4)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        rate = decode_rate(tmp_path / "tree", 0, batch=4)
+    assert rate["images"] == 4 and not [w for w in caught if "partial copy" in str(w.message)]

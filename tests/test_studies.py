@@ -137,12 +137,20 @@ def test_unknown_study_lists_the_shipped_ones():
         find_study("pidformer-table99")
 
 
-def test_list_studies_prints_rows(capsys):
+def test_list_studies_prints_a_line_per_study_and_a_named_one_with_its_rows(capsys):
     from robustbench_pid.cli import main
+    from robustbench_pid.studies.spec import study_names
 
     assert main(["list", "studies"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert [ln.split()[0] for ln in out[:-1]] == study_names() and len(out) == len(study_names()) + 1
+    assert "pidformer-table1  " in out[study_names().index("pidformer-table1")] and "10 rows, 2 columns" in " ".join(out)
+    assert "list studies NAME" in out[-1] and not any(ln.startswith(" ") for ln in out)  # rows: on request
+    assert main(["list", "studies", "pidformer-table1"]) == 0
     out = capsys.readouterr().out
-    assert "pidformer-table1" in out and re.search(r"^\s+spsa\s+SPSA", out, re.M) and "imagenet-c" in out
+    assert re.search(r"^\s+spsa\s+SPSA", out, re.M) and "imagenet-c" in out and "rpc-table2" not in out
+    assert main(["list", "attacks", "pgd"]) == 2
+    assert "names are for `list studies NAME`" in capsys.readouterr().err
 
 
 def test_docs_studies_page_is_the_generated_one():

@@ -76,6 +76,27 @@ def test_readme_times_are_the_scripts_commands_and_block() -> None:
         t.replace_block("no block here", body)
 
 
+def test_readme_times_block_is_measured_dated_and_in_step_with_the_commands() -> None:
+    """The block holds one measured row per command the script times, exactly as README spells it, each exit 0, and
+    the dated machine line; a command changed in README (and in the script) leaves the block out of step until some
+    machine runs `python scripts/time_readme.py --render` again."""
+    t = _spec_module(ROOT / "scripts" / "time_readme.py", "time_readme")
+    readme = (ROOT / "README.md").read_text()
+    assert t.block_problems(readme) == []
+    assert "Not measured yet" not in readme
+    timings = {name: (10.0, 0) for name, _ in t.COMMANDS}
+    fresh = t.replace_block(readme, t.render(timings, "CPU Example, 2 cores; 2030-01-01 00:00 UTC", "shared cores"))
+    assert t.block_problems(fresh) == [] and "2030-01-01 00:00 UTC (shared cores)." in fresh
+    name, cmd = t.COMMANDS[0]
+    changed = fresh.replace(f"| `{cmd}` |", f"| `{cmd} --steps 5` |")  # the README command changed since
+    assert t.block_problems(changed) == [f"not measured: {cmd}",
+                                         f"measured, but no longer a README command here: {cmd} --steps 5"]
+    failed = t.replace_block(readme, t.render({**timings, name: (3.0, 2)}, "CPU Example; 2030-01-01 00:00 UTC"))
+    assert t.block_problems(failed) == [f"exit 2: {cmd}"]
+    undated = t.replace_block(readme, t.render(timings, "CPU Example"))
+    assert t.block_problems(undated) == ["no dated machine line"]
+
+
 def test_doctor_table1_estimate_says_what_it_priced_and_what_a_cpu_is_for(tmp_path: Path) -> None:
     from robustbench_pid.doctor import speed_checks
     from robustbench_pid.doctor.base import Settings

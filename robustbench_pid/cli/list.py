@@ -10,9 +10,15 @@ HELP = "list registered attacks (with their settings), datasets, benchmarks, att
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("kind", choices=["attacks", "datasets", "benchmarks", "suites", "studies"])
+    p.add_argument("names", nargs="*", metavar="NAME",
+                   help="with studies: show these studies in full (columns, rows, claims); without: one line each")
 
 
 def run(a: argparse.Namespace) -> int:
+    if a.names and a.kind != "studies":
+        from ..errors import UserError
+
+        raise UserError(f"list {a.kind} takes no NAME ({' '.join(a.names)}); names are for `list studies NAME`")
     if a.kind == "attacks":
         from ..attacks import attack_names, get_attack
         from ..core.labels import eps_text
@@ -38,7 +44,7 @@ def run(a: argparse.Namespace) -> int:
     elif a.kind == "studies":
         from ..studies.spec import format_studies
 
-        print(format_studies())
+        print(format_studies(a.names))
     else:
         from ..run.suites import load_suite, suite_names
 

@@ -177,10 +177,8 @@ def run(args: argparse.Namespace) -> int:
 
             study_dry_run(plan, converge=converge, **opts, calibration=args.calibration)
             continue
-        if len(plans) > 1 and not args.quiet:
-            print(f"== column {c + 1} of {len(plans)}, {plan.column.name!r}: model {plan.model} (its rows are "
-                  f"numbered [k/n] below)")
-        table = reproduce(plan, converge=converge, **opts)
+        column = f"column {c + 1}/{len(plans)} {plan.column.name!r} ({plan.model}): " if len(plans) > 1 else ""
+        table = reproduce(plan, converge=converge, column=column, first=c == 0, **opts)
     if args.dry_run:
         return 0
     plan = plans[-1][0]

@@ -194,22 +194,25 @@ def with_labels(results: pd.DataFrame) -> pd.DataFrame:
 
 def dedupe(df: pd.DataFrame) -> Tuple[pd.DataFrame, List[str]]:
     """One row per key: when several runs hold the same condition (same settings), keep the one
-    with the most samples (then the last run id), and say which run was shown and why."""
+    with the most samples (then the last run id), and say which run was shown and why: one note per set of
+    conditions, naming each model's run (a results folder with a study of 15 models is one note, not 15)."""
     notes: List[str] = []
     dup = df.duplicated(KEY, keep=False)
     out = (df.assign(_n=df["n"].fillna(-1)).sort_values(["_n", "run_id"], kind="stable")
            .drop_duplicates(KEY, keep="last").drop(columns="_n"))
     if dup.any():
-        shown: Dict[Tuple[str, str], List[str]] = {}
+        shown: Dict[Tuple[str, str], List[str]] = {}  # (model, run shown) -> its conditions held by several runs
         kept = out.set_index(KEY)["run_id"]
         for key, g in df[dup].groupby(KEY, sort=False, dropna=False):
-            runs = sorted(set(g["run_id"].astype(str)))
-            what = f"{key[0]} {key[4]}" + (f" {eps_text(key[5], g['norm'].iloc[0])}" if key[5] else "")
+            what = f"{key[4]}" + (f" {eps_text(key[5], g['norm'].iloc[0])}" if key[5] else "")
             pick = str(kept.loc[key]) if key in kept.index else ""
-            shown.setdefault((pick, ", ".join(r for r in runs if r != pick)), []).append(what)
-        for (pick, others), whats in shown.items():
-            notes.append(f"{', '.join(dict.fromkeys(whats))}: identical settings in several runs; shown from "
-                         f"run {pick} (most samples, then the last run id), not from {others}")
+            shown.setdefault((str(key[0]), pick), []).append(what)
+        by_what: Dict[Tuple[str, ...], List[str]] = {}
+        for (label, pick), whats in shown.items():
+            by_what.setdefault(tuple(dict.fromkeys(whats)), []).append(f"{label} from {pick}")
+        for whats, runs in by_what.items():
+            notes.append(f"{', '.join(whats)}: identical settings in several runs; shown from the run with the most "
+                         f"samples (then the last run id): {', '.join(dict.fromkeys(runs))}")
     return out, notes
 
 

@@ -24,7 +24,7 @@ import pandas as pd
 from ..results.files.verify import is_complete
 from .spec import CONVERGED_DIR, Pair, Row, Study, attack_settings
 from ..results.stats.stats import mcnemar_from_counts, paired_difference_interval
-from ..results.tables.render import md_cell, one_line
+from ..results.tables.render import WIDTH, md_cell, one_line, wrap_line
 
 PAIRS_MD, PAIRS_CSV = "pairs.md", "pairs.csv"
 ALPHA = 0.05
@@ -96,12 +96,23 @@ def _protocols(a: Path, b: Path, first: str) -> List[str]:
     return sorted(both, key=lambda p: (p != first, p))
 
 
-def pair_cells(out: Path, study: Study, entries: List[Dict[str, Any]]) -> Tuple[List[PairCell], List[str]]:
-    """Every (pair, protocol, row) both columns have, and notes on what is missing.
+@dataclass(frozen=True)
+class Gap:
+    """A row of a claim without a paired value: the columns that have no finished run of it (one protocol)."""
+    claim: str
+    protocol: str
+    row: str
+    columns: Tuple[str, ...]
 
-    ``entries``: the study folder's (model, column) entries (``study_table.entries``), each with its ``dir``."""
+
+def pair_results(out: Path, study: Study, entries: List[Dict[str, Any]]
+                 ) -> Tuple[List[PairCell], List[Gap], List[str]]:
+    """Every (pair, protocol, row) both columns have; the gaps: rows of a claim that one of its columns was asked for
+    (it has the row's run folder) but that have no paired value (news); and other notes. A row neither column was
+    asked for is no gap: the study table names the rows left out once, for the whole study."""
     dirs = _entry_dirs(entries, study)
     cells: List[PairCell] = []
+    gaps: List[Gap] = []
     notes: List[str] = []
     for p in study.pairs:
         missing = [c for c in (p.baseline, p.method) if c not in dirs]
@@ -114,15 +125,35 @@ def pair_cells(out: Path, study: Study, entries: List[Dict[str, Any]]) -> Tuple[
                 a = row_verdicts(dirs[p.baseline] / proto / r.name, r, conv)
                 b = row_verdicts(dirs[p.method] / proto / r.name, r, conv)
                 if a is None or b is None:
-                    notes.append(f"{p.claim}, {proto} protocol, row {r.name!r}: not run (or not finished) for "
-                                 f"{p.baseline if a is None else p.method!r}")
+                    if any((dirs[c] / proto / r.name).is_dir() for c in (p.baseline, p.method)):
+                        gaps.append(Gap(p.claim, proto, r.name, tuple(c for c, v in ((p.baseline, a), (p.method, b))
+                                                                      if v is None)))
                     continue
                 if not a.index.intersection(b.index).size:
                     notes.append(f"{p.claim}, {proto} protocol, row {r.name!r}: the two columns' runs share no "
                                  f"samples (another --limit/--subset?), so there is nothing to pair")
                     continue
                 cells.append(_cell(p, r, proto, a, b))
-    return cells, notes
+    return cells, gaps, notes
+
+
+def gap_notes(gaps: List[Gap]) -> List[str]:
+    """One line per claim whose rows did not all run, naming the missing rows and columns together."""
+    by: Dict[str, Dict[Tuple[str, Tuple[str, ...]], List[str]]] = {}
+    for g in gaps:
+        by.setdefault(g.claim, {}).setdefault((g.protocol, g.columns), []).append(g.row)
+    return [f"{claim}: no paired value at " + "; ".join(
+        f"{proto} protocol row(s) {', '.join(rows)}: not run (or not finished) for {' and '.join(map(repr, cols))}"
+        for (proto, cols), rows in parts.items()) for claim, parts in by.items()]
+
+
+def pair_cells(out: Path, study: Study, entries: List[Dict[str, Any]]) -> Tuple[List[PairCell], List[str]]:
+    """Every (pair, protocol, row) both columns have, and notes on what is missing (one line per claim; rows
+    neither column was asked for are not named here: the study table names them once).
+
+    ``entries``: the study folder's (model, column) entries (``study_table.entries``), each with its ``dir``."""
+    cells, gaps, notes = pair_results(out, study, entries)
+    return cells, gap_notes(gaps) + notes
 
 
 def _cell(p: Pair, r: Row, proto: str, a: pd.Series, b: pd.Series) -> PairCell:
@@ -139,27 +170,35 @@ def _p(p: float) -> str:
     return "1" if p >= 0.9995 else (f"{p:.3f}" if p >= 0.001 else f"{p:.1e}")
 
 
-def render_pairs_markdown(study: Study, cells: List[PairCell], notes: List[str]) -> str:
-    lines = [f"### Claims: {one_line(study.title)}", "",
-             "Difference = method - baseline top-1 (points) on the same images; 95% interval of the paired "
-             "difference (Bonett-Price); p: McNemar's exact test on the images one model gets right and the other "
-             "wrong. Attack rows are upper bounds on robust accuracy (one attack, the papers' settings); converged rows "
-             "are the best upper bound the ladder found, with its status in each run's summary.", ""]
+def render_pairs_markdown(study: Study, cells: List[PairCell], notes: List[str],
+                          width: Optional[int] = WIDTH) -> str:
+    """One table, a line per claim and row (the claim named on its first line), so a study run on one row reads in
+    one screen; then the claims' sources and the notes, no line wider than ``width``."""
+    attacked = {r.name for r in study.rows if r.attack is not None} & {c.row for c in cells}
+    head = ("Difference = method - baseline top-1 (points) on the same images (method: the model the claim says is "
+            "more robust); 95% interval of the paired difference (Bonett-Price); p: McNemar's exact test on the images "
+            "one model gets right and the other wrong." + (
+                " Attack rows are upper bounds on robust accuracy (one attack, the papers' settings); converged rows "
+                "are the best upper bound the ladder found, with its status in each run's summary." if attacked else ""))
+    lines = [f"### Claims: {one_line(study.title)}", ""] + wrap_line(head, width, "") + [""]
     by_pair: Dict[Tuple[str, str], List[PairCell]] = {}
     for c in cells:
         by_pair.setdefault((c.claim, c.protocol), []).append(c)
+    grid = [["claim", "row", "baseline top-1", "method top-1", "difference [95% CI]", "p (McNemar)", "n"]]
     for (claim, proto), group in by_pair.items():
-        c0 = group[0]
-        how = ("converged evaluation: standard protocol, per-sample worst case over the --converge ladder "
-               "started from the row's attack" if proto == CONVERGED_DIR else f"{proto} protocol")
-        lines += [one_line(f"**{claim}** ({c0.source}; {how}): {c0.method} vs {c0.baseline}"), "",
-                  f"| row | {md_cell(c0.baseline)} | {md_cell(c0.method)} | difference [95% CI] | p (McNemar) | n |",
-                  "|---|---|---|---|---|---|"]
-        for c in group:
-            lines.append(f"| {md_cell(c.label)} | {c.baseline_top1:.2f} | {c.method_top1:.2f} | {c.diff:+.2f} "
-                         f"[{c.ci_low:+.2f}, {c.ci_high:+.2f}] | {_p(c.pvalue)} | {c.n} |")
-        lines.append("")
-    lines += [f"- {n}" for n in notes]
+        how = "" if proto == study.protocol else (" (converged)" if proto == CONVERGED_DIR else f" ({proto})")
+        for i, c in enumerate(group):
+            grid.append([claim + how if i == 0 else "", c.label, f"{c.baseline_top1:.2f}", f"{c.method_top1:.2f}",
+                         f"{c.diff:+.2f} [{c.ci_low:+.2f}, {c.ci_high:+.2f}]", _p(c.pvalue), str(c.n)])
+    if cells:
+        esc = [[md_cell(t) for t in row] for row in grid]
+        lines += ["| " + " | ".join(esc[0]) + " |", "|" + "---|" * len(esc[0])]
+        lines += ["| " + " | ".join(r) + " |" for r in esc[1:]] + [""]
+        sources = dict.fromkeys(f"{c.method} vs {c.baseline}: {c.source}" for c in cells)
+        conv = ("; (converged): standard protocol, the per-sample worst case over the --converge ladder started from "
+                "the row's attack" if CONVERGED_DIR in {c.protocol for c in cells} else "")
+        lines += wrap_line(f"Protocol: {study.protocol}{conv}. Sources: {'; '.join(sources)}.", width, "") + [""]
+    lines += [ln for n in notes for ln in wrap_line(f"- {n}", width)]
     return "\n".join(lines).rstrip("\n") + "\n"
 
 
@@ -185,3 +224,12 @@ def write_pairs(out: Path, study: Study, entries: List[Dict[str, Any]]) -> Optio
     atomic_write_bytes(Path(out) / PAIRS_MD, md.encode(), durable=False)
     atomic_write_bytes(Path(out) / PAIRS_CSV, render_pairs_csv(cells).encode(), durable=False)
     return md
+
+
+def read_pairs(out: Path) -> pd.DataFrame:
+    """A study folder's pair table (``[[pair]]`` claims) as a DataFrame, recomputed from its runs."""
+    from .folder import checked_folder
+
+    study, found = checked_folder(Path(out))
+    cells, _ = pair_cells(out, study, found)
+    return pd.DataFrame([{**asdict(c), "verdict": c.verdict} for c in cells])

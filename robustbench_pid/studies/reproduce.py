@@ -227,17 +227,18 @@ def converge_eligible(row: Row) -> Tuple[bool, str]:
     return True, ""
 
 
-def converge_specs(plan: StudyPlan, rows: Sequence[Row], converge: Dict[str, Any], **opts: Any
+def converge_specs(plan: StudyPlan, rows: Sequence[Row], converge: Dict[str, Any], say: bool = True, **opts: Any
                    ) -> List[Tuple[Row, RunSpec]]:
     """One standard-protocol ``--converge`` run per eligible row, at the row's eps (pixel units), in
-    ``<entry>/converged/<row>``; the others are named with the reason on the terminal."""
+    ``<entry>/converged/<row>``; the others are named with the reason on the terminal (``say``: the first column
+    of an --all-columns run says it for all)."""
     from ..run.spec_builder import build_spec
 
     out = []
     for r in rows:
         ok, why = converge_eligible(r)
         if not ok:
-            if not opts.get("quiet"):
+            if say and not opts.get("quiet"):
                 print(f"converge: row {r.name!r} gets no converged value: {why}")
             continue
         settings = attack_settings(r)
@@ -301,9 +302,12 @@ def report_missing(plan: StudyPlan) -> None:
         print(f"missing: row {name!r} will not run: {why} (give --dataset-root DATASET=PATH, or --skip {name})")
 
 
-def reproduce(plan: StudyPlan, converge: Optional[Dict[str, Any]] = None, **opts: Any) -> Optional[str]:
+def reproduce(plan: StudyPlan, converge: Optional[Dict[str, Any]] = None, column: str = "", first: bool = True,
+              **opts: Any) -> Optional[str]:
     """Run every row of ``plan`` that can run; the table's Markdown once every row is complete, else None.
-    ``converge`` ({"tol": ..., "opt": ...}): also a converged standard-protocol run per L-inf attack row."""
+    ``converge`` ({"tol": ..., "opt": ...}): also a converged standard-protocol run per L-inf attack row.
+    ``column``: which column of an --all-columns run this is, said on each row's line (no line of its own);
+    ``first``: whether this column says what holds for every column (the rows that get no converged value)."""
     from ..run.context import check_arguments
     from ..run.runner import run
 
@@ -311,7 +315,7 @@ def reproduce(plan: StudyPlan, converge: Optional[Dict[str, Any]] = None, **opts
     rows = [r for r in plan.rows if r.name not in plan.missing]
     specs = [(r, row_spec(plan, r, **dict(opts))) for r in rows]  # every row's settings checked before any work
     if converge is not None:
-        specs += converge_specs(plan, rows, converge, **opts)
+        specs += converge_specs(plan, rows, converge, say=first, **opts)
     for r, spec in specs:  # --shard, --batch-size, --workers ...: refused before anything is written
         check_arguments(spec)
     for r, spec in specs:  # one configuration per row folder, refused before any row runs (one_config.py)
@@ -320,8 +324,8 @@ def reproduce(plan: StudyPlan, converge: Optional[Dict[str, Any]] = None, **opts
     drop_study_table(plan.out)  # stale from here on; written again below once every row is complete
     for i, (r, spec) in enumerate(specs):
         if not spec.quiet:
-            print(f"[{i + 1}/{len(specs)}] row {r.name!r} ({r.label}): {spec.dataset}, {plan.protocol} protocol -> "
-                  f"{spec.out}")
+            print(f"{column}[{i + 1}/{len(specs)}] row {r.name!r} ({r.label}): {spec.dataset}, {plan.protocol} protocol "
+                  f"-> {spec.out}")
         run(spec)
     done = all((read_json(spec.out / "run.json") or {}).get("status") == "complete" for _, spec in specs)
     return write_study_table(plan.out) if done else None

@@ -38,7 +38,7 @@ import math
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Sequence
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -334,10 +334,20 @@ def row_setting(row: Row) -> str:
     return f"{row.dataset}: {row.attack['name']}" + (f" ({settings})" if settings else "")
 
 
-def format_studies() -> str:
-    """``list studies``: each shipped study, its columns (zoo models) and rows (the --only/--skip names)."""
+def format_studies(names: Sequence[str] = ()) -> str:
+    """``list studies``: one line per shipped study (a screen for all of them); ``list studies NAME``: that study's
+    columns (zoo models), rows (the --only/--skip names) and claims in full."""
     out: List[str] = []
-    for name in study_names():
+    if not names:
+        found = [(name, load_study(name)) for name in study_names()]
+        wide = max((len(n) for n, _ in found), default=0)
+        for name, s in found:
+            counts = [f"{k} {w}{'' if k == 1 else 's'}" for k, w in ((len(s.rows), "row"), (len(s.columns), "column"),
+                                                                       (len(s.pairs), "claim")) if k]
+            out.append(f"{name:{wide}s}  [protocol {s.protocol}]  {', '.join(counts)}: {s.title}")
+        out.append("a study's columns, rows (the --only/--skip names) and claims: robustbench-pid list studies NAME")
+        return "\n".join(out)
+    for name in names:
         s = load_study(name)
         out.append(f"{name}  [protocol {s.protocol}]  {s.title}")
         out.append("    columns: " + ", ".join(f"{c.name} = {c.model}" + (

@@ -132,7 +132,7 @@ def study_cells(out: Path) -> Tuple[Study, List[Cell], List[str]]:
     notes: List[str] = []
     not_run: Dict[str, List[str]] = {}  # who (entry, protocol) -> rows without a finished run
     no_converged: Dict[str, List[str]] = {}
-    ran: set = set()
+    started: set = set()  # rows some entry was asked for (finished or not)
     for e in found:
         # the protocol folders first, the converged runs beside them last (they are read against them)
         protocols = sorted((p.name for p in e["dir"].iterdir() if p.is_dir()), key=lambda n: (n == CONVERGED_DIR, n))
@@ -141,8 +141,8 @@ def study_cells(out: Path) -> Tuple[Study, List[Cell], List[str]]:
                 run_dir = e["dir"] / proto / r.name
                 summary = pd.read_csv(run_dir / "summary.csv") if is_complete(run_dir) else None
                 converged = proto == CONVERGED_DIR  # reproduce --converge: standard-protocol converged runs
-                if summary is not None and not converged:
-                    ran.add(r.name)
+                if run_dir.is_dir() and not converged:  # a row's folder exists from its first unit on
+                    started.add(r.name)
                 if summary is None:
                     who = f"{e['model']} as {e['column']!r}" + ("" if converged else f", {proto} protocol")
                     (no_converged if converged else not_run).setdefault(who, []).append(r.name)
@@ -163,20 +163,23 @@ def study_cells(out: Path) -> Tuple[Study, List[Cell], List[str]]:
                                       _num(line["ci_low"]) if line is not None else None,
                                       _num(line["ci_high"]) if line is not None else None,
                                       int(n) if n is not None else None, status))
-    return study, cells, missing_notes(study, not_run, no_converged, ran) + notes
+    return study, cells, missing_notes(study, not_run, no_converged, started) + notes
 
 
 def missing_notes(study: Study, not_run: Dict[str, List[str]], no_converged: Dict[str, List[str]],
-                  ran: set) -> List[str]:
-    """Rows without a finished run, in a few lines: the rows no entry ran (left out with --only/--skip, or not run
-    yet) in one line, then per entry and protocol the rows it lacks that others have."""
-    everywhere = [r.name for r in study.rows if r.name not in ran] if ran else []
+                  started: set) -> List[str]:
+    """Rows without a finished run, in a few lines: the rows no entry was asked for (left out with --only/--skip, or
+    not run yet) in one line for the whole study, then the rows some entry lacks that were asked for (news), one line
+    per set of entries lacking the same rows."""
+    everywhere = [r.name for r in study.rows if r.name not in started] if started else []
     notes = [f"not run (left out with --only/--skip, or not run yet; not in the table above): "
              f"{', '.join(everywhere)}"] if everywhere else []
+    lacking: Dict[Tuple[str, ...], List[str]] = {}
     for who, rows in not_run.items():
-        rest = [r for r in rows if r not in everywhere]
+        rest = tuple(r for r in rows if r not in everywhere)
         if rest:
-            notes.append(f"{who}: row(s) {', '.join(rest)} not run (or not finished)")
+            lacking.setdefault(rest, []).append(who)
+    notes += [f"{'; '.join(who)}: row(s) {', '.join(rows)} not run (or not finished)" for rows, who in lacking.items()]
     common = set.intersection(*(set(v) for v in no_converged.values())) if no_converged else set()
     if common:
         notes.append(f"no converged value (L-inf attack rows only, as reproduce --converge names them) in any of "
@@ -217,15 +220,19 @@ def shown_rows(study: Study, cells: List[Cell]) -> List[Row]:
     return [r for r in study.rows if r.name in have] or list(study.rows)
 
 
-def _groups(cells: List[Cell]) -> List[Tuple[str, str, str]]:
-    return list(dict.fromkeys((c.column, c.model, c.protocol) for c in cells))
+def _groups(cells: List[Cell], study: Study) -> List[Tuple[str, str, str]]:
+    """(column, model, protocol) groups in the study's column order, then the order their entries were first run
+    (entries run within one second would otherwise come in folder-name order)."""
+    found = list(dict.fromkeys((c.column, c.model, c.protocol) for c in cells))
+    order = {c.name: i for i, c in enumerate(study.columns)}
+    return sorted(found, key=lambda g: order.get(g[0], len(order)))
 
 
 def _grid(study: Study, cells: List[Cell], compact: bool = False) -> Tuple[List[str], List[List[str]]]:
     """Header and body. ``compact`` (the Markdown people read): only the rows that ran, and a group whose column
     has no published value shows this run's value alone (no empty paper / diff columns); n in the legend when
     every cell shares it."""
-    groups = _groups(cells)
+    groups = _groups(cells, study)
     by = {(c.row, c.metric, c.column, c.model, c.protocol): c for c in cells}
     published = {g for g in groups if any(c.paper is not None for c in cells if (c.column, c.model, c.protocol) == g)}
     full = {g for g in groups if not compact or g in published}
@@ -257,27 +264,59 @@ def _legend(study: Study, cells: List[Cell]) -> str:
             "row's eps in pixel units, a larger ball than the paper protocol's eps on the normalised tensor: the "
             "published value is shown beside it, with no difference or " + MARK + " (another threat model)."
             if any(c.converged for c in cells) else "")
-    return (f"{MARK}: the published value lies outside this run's 95% interval. Source: {study.source}. "
-            f"Rows without a published value: the paper prints none.{conv}{notes}")
+    if not any(c.paper is not None for c in cells):  # no paper column, no mark: nothing to explain about them
+        return f"Source: {study.source}. No row has a published value.{conv}{notes}"
+    unpublished = any(c.paper is None and c.value is not None for c in cells)  # a shown cell with no paper value
+    return (f"{MARK}: the published value lies outside this run's 95% interval. Source: {study.source}."
+            f"{' Rows without a published value: the paper prints none.' if unpublished else ''}{conv}{notes}")
 
 
 def render_markdown(study: Study, cells: List[Cell], notes: List[str], width: Optional[int] = WIDTH) -> str:
     """The table people read: the rows that ran, no line wider than ``width`` (a wider table continues below in
-    parts, each with the row names), then the legend and the notes (rows not run: one line)."""
+    parts, each with the row names), then the legend and the notes (rows not run: one line). Many columns and few
+    rows (``--all-columns --only clean``: 13 models, one row) read better turned: a line per column, so of the two
+    layouts the one with fewer lines is printed (the usual one on a tie, and whenever a published value is shown)."""
     header, body = _grid(study, cells, compact=True)
-    esc = [[md_cell(t) for t in row] for row in [header] + body]  # a | or a line break in a label splits the row
-    lines = [f"### {one_line(study.title)}"]
-    parts = column_groups(esc, 2, width, glued_columns(header))
+    lines = _md_table([header] + body, 2, width, glued_columns(header))
+    turned = _turned(study, cells)
+    if turned is not None:
+        other = _md_table(turned, 1, width, ())
+        lines = other if len(other) < len(lines) else lines
+    n = one_n(cells)
+    legend = _legend(study, cells) + (f" Every value is on n = {n} samples." if n is not None and
+                                      "(95% CI)" in " ".join(header) else "")
+    lines = [f"### {one_line(study.title)}"] + lines
+    lines += [""] + wrap_line(legend, width, "") + [ln for note in notes for ln in wrap_line(f"- {note}", width)]
+    return "\n".join(lines) + "\n"
+
+
+def _md_table(grid: List[List[str]], keys: int, width: Optional[int], glued: Tuple[int, ...]) -> List[str]:
+    """Markdown lines of ``grid`` (header first), in parts no wider than ``width`` that repeat the ``keys`` columns."""
+    esc = [[md_cell(t) for t in row] for row in grid]  # a | or a line break in a label splits the row
+    parts = column_groups(esc, keys, width, glued)
+    lines: List[str] = []
     for k, cols in enumerate(parts):
         if len(parts) > 1:
             lines += ["", f"(part {k + 1} of {len(parts)}" + ("; continued below)" if k < len(parts) - 1 else ")")]
         lines += ["", "| " + " | ".join(esc[0][i] for i in cols) + " |", "|" + "---|" * len(cols)]
         lines += ["| " + " | ".join(r[i] for i in cols) + " |" for r in esc[1:]]
-    n = one_n(cells)
-    legend = _legend(study, cells) + (f" Every value is on n = {n} samples." if n is not None and
-                                      "(95% CI)" in " ".join(header) else "")
-    lines += [""] + wrap_line(legend, width, "") + [ln for note in notes for ln in wrap_line(f"- {note}", width)]
-    return "\n".join(lines) + "\n"
+    return lines
+
+
+def _turned(study: Study, cells: List[Cell]) -> Optional[List[List[str]]]:
+    """The compact grid turned (header first): a line per (column, model, protocol), a column per (row, metric) that
+    ran. None when a published value is shown: its paper, diff and mark columns belong beside each value."""
+    if any(c.paper is not None for c in cells):
+        return None
+    with_n = one_n(cells) is None
+    by = {(c.row, c.metric, c.column, c.model, c.protocol): c for c in cells}
+    keys = [(r.name, m, f"{r.label}: {METRICS[m]}") for r in shown_rows(study, cells) for m in r.metrics]
+    head = "column (model, protocol): this run (95% CI" + (", n)" if with_n else ")")
+    grid = [[head] + [k[2] for k in keys]]
+    for g in _groups(cells, study):
+        grid.append([f"{g[0]} ({g[1]}, {g[2]})"] +
+                    [_run_text(by[k[:2] + g], with_n) if k[:2] + g in by else "—" for k in keys])
+    return grid
 
 
 def glued_columns(header: List[str]) -> Tuple[int, ...]:
@@ -341,17 +380,6 @@ def write_study_table(out: Path) -> str:
 
     pairs = write_pairs(out, study, entries(out))  # a study with [[pair]] claims: the paired differences too
     return md + ("\n" + pairs if pairs else "")
-
-
-def read_pairs(out: Path) -> pd.DataFrame:
-    """A study folder's pair table (``[[pair]]`` claims) as a DataFrame, recomputed from its runs."""
-    from dataclasses import asdict
-
-    from .pairs import pair_cells
-
-    study, found = checked_folder(Path(out))
-    cells, _ = pair_cells(out, study, found)
-    return pd.DataFrame([{**asdict(c), "verdict": c.verdict} for c in cells])
 
 
 def drop_study_table(out: Path) -> None:

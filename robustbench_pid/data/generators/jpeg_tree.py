@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import time
+import warnings
 from pathlib import Path
 from typing import Any, Dict, Sequence
 
@@ -85,7 +86,9 @@ def decode_rate(root: Path, workers: int, batch: int = 32, model_info: Dict[str,
     from .. import load_dataset
     from ..batch_decode import BatchDecoder, EncodedFiles, collate_encoded
 
-    ds = load_dataset("imagenet", root=str(root), model_info=model_info)
+    with warnings.catch_warnings():  # a generated tree is a sample by design: "a partial copy of ImageNet" is no news
+        warnings.filterwarnings("ignore", message=r".*a partial copy")
+        ds = load_dataset("imagenet", root=str(root), model_info=model_info)
     dev = torch.device(device)
     decoder = BatchDecoder(model_info, dev) if decode == "gpu" else None
     loader = torch.utils.data.DataLoader(EncodedFiles(ds) if decoder else ds, batch_size=batch, num_workers=workers,

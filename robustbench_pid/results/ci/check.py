@@ -77,10 +77,12 @@ class CheckResult:
         return self.failures.empty
 
     def report(self, verbose: bool = False) -> str:
-        """Readable diff: the failing rows (all rows with ``verbose``), what changed, a summary line."""
+        """Readable diff: the rows that changed (all rows with ``verbose``), what changed, a summary line. Rows the
+        baseline lacks ("new": a metric recorded since, a model added) are one line without ``verbose``: they pass,
+        and a baseline older than the telemetry would list every telemetry row of every run."""
         r = self.rows
         counts = r["status"].value_counts()
-        show = r if verbose else r[r["status"] != "ok"]
+        show = r if verbose else r[~r["status"].isin(["ok", "new"])]
         lines: List[str] = []
         if len(show):
             t = show.assign(
@@ -95,6 +97,11 @@ class CheckResult:
                "interval", "delta 95% CI"]]
             lines.append(t.to_string(index=False))
             lines.append("")
+        fresh = r[r["status"] == "new"]
+        if len(fresh) and not verbose:
+            lines += [f"new (not in the baseline, not compared; --verbose lists them, --update adds them): {len(fresh)} "
+                      f"rows of {', '.join(dict.fromkeys(map(str, fresh['model'])))}: metrics "
+                      f"{', '.join(sorted(set(map(str, fresh['metric']))))}", ""]
         changed = r[r["status"].isin(["SETTINGS-CHANGED", "SAMPLES-CHANGED", "STATUS-CHANGED"])]
         for _, c in r[r["status"].isin(["SETTINGS-CHANGED", "SAMPLES-CHANGED", "STATUS-CHANGED", "INVALID"])].iterrows():
             lines.append(f"{c['status']}: {c['model']} {c['dataset']} {c['attack']} "
