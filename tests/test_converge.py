@@ -18,7 +18,8 @@ import torch
 import robustbench_pid as rbp
 from robustbench_pid.benchmarks.ladder import Ladder, LadderSpec, Rung, RungResult, climb
 from robustbench_pid.errors import UserError
-from robustbench_pid.results.summaries.converge import CONVERGED, NOT_CONVERGED, REDUCED, RUNG_ORDER, UPPER_BOUND
+from robustbench_pid.results.summaries.converge import (CONVERGED, NOT_CONVERGED, RANDOM_OUTPUTS, REDUCED, RUNG_ORDER,
+                                                        UPPER_BOUND)
 
 EPS = 0.1
 # a cut-down ladder for tests that do not read its status (its status says "reduced ladder")
@@ -152,6 +153,8 @@ def test_randomised_model_gets_the_eot_rungs(plain, digits8, tmp_path):
     rungs = rec["converge_rungs"].iloc[0].split(",")
     assert "eot-ce" in rungs and "eot-dlr" in rungs
     assert bool(rec["converge_unstable"].iloc[0])
+    # each verdict is one draw of a random forward pass: no converged value, and not mistaken for batch dependence
+    assert set(rec["converge_status"]) == {RANDOM_OUTPUTS} and not rec["converge_batch_dependent"].any()
     _, rec_p = converge(plain, digits8, tmp_path, "plain32", n=32, fast=True)
     assert "eot-ce" not in rec_p["converge_rungs"].iloc[0] and not rec_p["converge_unstable"].iloc[0]
 
@@ -300,8 +303,9 @@ def test_square_grows_into_round_two_and_later_only_after_a_round_in_which_it_br
     stronger = LadderSpec.from_options({"square_growth": 4})
     run, _ = _fake({"apgd-t": 50, "apgd-t@2": 20, "square@2": 3})
     lad = climb(_ladder(1000), stronger, EPS, run, unstable=False, no_grad=torch.zeros(1000, dtype=torch.bool))
+    # design 5: never past Square's cap per sample, AutoAttack's 5,000 queries (the fake runner charged 1 + 1 before)
     assert [h["settings"].split(" (")[0] for h in lad.history
-            if h["family"] == "free"] == ["Square-500", "Square-2000", "Square-8000"]
+            if h["family"] == "free"] == ["Square-500", "Square-2000", "Square-4998"]
 
 
 def test_a_reduced_ladder_says_so_in_its_status_and_rung_settings():
@@ -802,3 +806,164 @@ def test_a_curve_follows_the_order_its_ladder_ran_and_an_earlier_design_says_so(
     assert ladder_design(json.dumps({"ladder": ladder})) == 2
     assert ladder_design(json.dumps({"ladder": ladder, "design": DESIGN})) == DESIGN
     assert ladder_design("not json") == 0
+
+
+def _closing_fake(square, breaks=None):
+    """A rung runner whose Square reports per-sample search progress: ``square(round, idx) -> (best, half)`` verdict
+    margins; the gradient rungs report a near, stalled margin (0.01, no gain: nearer than Square gets, so their
+    gradients are trusted). Square's forward passes are its queries."""
+    seen = []
+
+    def run(rung: Rung, idx: torch.Tensor):
+        seen.append((rung.id, idx.tolist()))
+        still = torch.ones(len(idx), dtype=torch.bool)
+        if rung.family == "free":
+            best, half = square(rung.round, idx)
+            still = best > 0
+            fwd = torch.full((len(idx),), float(rung.params["n_queries"]))
+        else:
+            best, half = torch.full((len(idx),), 0.01), torch.full((len(idx),), 0.01)
+            fwd = torch.ones(len(idx))
+        return RungResult(still, fwd, torch.ones(len(idx)), None, None, best, half)
+    return run, seen
+
+
+def test_a_search_still_closing_in_gets_more_budget_until_it_breaks_and_only_where_it_closes_in():
+    """The issue's adversarially trained CNN: Square's best margin on two samples fell from 0.62 / 0.90 after 500
+    queries to 0.04 / 0.14 after 1,000, where design 4 stopped; the others sat far away and barely moved. Design 5
+    reads the progress: the two get Square again (continuation rounds, nothing else runs) until they break."""
+    n = 200
+
+    def square(r, idx):
+        best = torch.full((len(idx),), 3.0)
+        half = best + 0.05  # far, and the last half gained 0.05 < 3.0 / 4: stalled
+        for j, i in enumerate(idx.tolist()):
+            if i in (0, 1):
+                best[j], half[j] = {1: (0.62 + 0.28 * i, 1.0 + 0.3 * i), 2: (0.04 + 0.1 * i, 0.3 + 0.1 * i),
+                                    3: (-0.2, 0.1)}[r]
+        return best, half
+
+    run, seen = _closing_fake(square)
+    lad = climb(_ladder(n), LadderSpec(), EPS, run, unstable=False, no_grad=torch.zeros(n, dtype=torch.bool))
+    later = [(rid, ids) for rid, ids in seen if "@" in rid]
+    assert later == [("square@2", [0, 1]), ("square@3", [0, 1])]  # only Square, only where it closed in
+    assert [h["settings"].split(" (")[0] for h in lad.history if h["family"] == "free"] == \
+        ["Square-500", "Square-1000", "Square-2000"]
+    assert not lad.robust[0] and not lad.robust[1] and int(lad.robust.sum()) == n - 2
+    assert lad.status == CONVERGED and "further round(s)" in lad.detail
+    assert [h.get("kind") for h in lad.history][-1] == "continue"
+
+
+def test_a_family_still_closing_in_when_its_cap_is_spent_is_not_converged():
+    """Never breaking, always gaining a third of what is left: at Square's cap (AutoAttack's 5,000 queries per sample)
+    the search was still closing in on 3 samples: not converged, naming the family."""
+    n = 100
+
+    def square(r, idx):
+        best = torch.full((len(idx),), 3.0)
+        half = best.clone()
+        for j, i in enumerate(idx.tolist()):
+            if i < 3:
+                best[j] = 0.5 ** r
+                half[j] = best[j] * 1.5
+        return best, half
+
+    run, seen = _closing_fake(square)
+    lad = climb(_ladder(n), LadderSpec(), EPS, run, unstable=False, no_grad=torch.zeros(n, dtype=torch.bool))
+    queries = [h["settings"].split(" (")[0] for h in lad.history if h["family"] == "free"]
+    assert queries == ["Square-500", "Square-1000", "Square-2000", "Square-1500"]  # 5,000 in all, then the cap
+    assert lad.status == NOT_CONVERGED and "still closing in on 3" in lad.detail and "free" in lad.detail
+    assert int(lad.robust.sum()) == n
+
+
+def test_gradients_that_a_random_search_beats_or_a_gradient_step_probe_flags_make_an_upper_bound():
+    """Gradient trust: the random search coming nearer than every gradient rung on more than the tolerance of the
+    samples left robust, or the probe's flag (a gradient step no better than a random one), makes the number an
+    upper bound whatever the rounds broke; one such sample (the tolerance) does not."""
+    from robustbench_pid.results.summaries.converge import MISLED
+
+    n = 100
+    for nearer, flagged, want in ((2, 0, MISLED), (0, 2, MISLED), (1, 0, CONVERGED), (0, 1, CONVERGED)):
+        def square(r, idx, k=nearer):
+            best = torch.full((len(idx),), 6.0)
+            best[idx < k] = 0.005  # nearer than the gradient rungs' 0.01
+            return best, best.clone()
+
+        lad = _ladder(n)
+        lad.misleading[50:50 + flagged] = True
+        run, _ = _closing_fake(square)
+        climb(lad, LadderSpec(), EPS, run, unstable=False, no_grad=torch.zeros(n, dtype=torch.bool))
+        assert lad.status == want, (nearer, flagged, lad.status)
+        assert int(lad.untrusted().sum()) == nearer + flagged
+
+
+def test_the_condition_sums_untrusted_gradients_and_searches_still_closing_in_over_its_units():
+    """Design 5 at condition level: one untrusted (or still closing-in) robust sample per unit is within each unit's
+    tolerance, but three over the condition's 360 samples are more than its tolerance of 1: the condition is an
+    upper bound (gradients mislead), or not converged; the detail says why. A continuation round's breaks after the
+    last full round are not the stop rule's (they are judged by exhaustion)."""
+    from robustbench_pid.results.summaries.converge import (MISLED, condition_detail, condition_status,
+                                                            last_full_breaks)
+
+    ok = [True] * 119 + [False]
+    rungs = ["user", "apgd-t", "apgd-ce", "fab-t", "square"]
+    for col, want in (("converge_untrusted", MISLED), ("converge_closing", NOT_CONVERGED)):
+        g = _unit_records([(rungs, [5, 0, 0, 0, 0], ok, [False] * 120)] * 3)
+        g[col] = [i % 120 == 0 for i in range(len(g))]
+        assert condition_status(g) == want and "3 still-robust samples with" in condition_detail(g)
+        g[col] = [i == 0 for i in range(len(g))]
+        assert condition_status(g) == CONVERGED
+    cont = _unit_records([(rungs + ["square@2"], [5, 0, 0, 0, 0, 2], ok, [False] * 120)] * 3)
+    cont["converge_rounds"] = "0,1,1,1,1,2"
+    assert last_full_breaks(cont) == 6  # without the round kinds: round 2 is the last
+    cont["converge_full_round"] = 1
+    assert last_full_breaks(cont) == 0 and condition_status(cont) == CONVERGED
+
+
+def test_the_bar_prices_the_ladder_so_it_never_sits_at_its_end_while_the_ladder_runs(plain, digits8, tmp_path,
+                                                                                       monkeypatch):
+    """Issue 56 item 6: design 4's bar reached 100% once rung 0 was done (the whole unit's planned work was charged
+    per sample of rung 0) and sat there for the rest of the ladder. Now each rung's batch advances it by the passes
+    it spent, each round makes room for its planned passes as it is decided, and the bar is at its end for at most a
+    fifth of the converge unit's time (measured on the bar's own updates: when it first reached its total)."""
+    import time
+
+    import tqdm.auto
+
+    seen = []
+
+    class Watched(tqdm.auto.tqdm):  # type: ignore[misc,valid-type]
+        def update(self, n=1):
+            out = super().update(n)
+            seen.append((time.perf_counter(), float(self.n), float(self.total or 0)))
+            return out
+
+    monkeypatch.setattr(tqdm.auto, "tqdm", Watched)
+    x, y = digits8
+    rbp.evaluate(model=copy.deepcopy(plain), data=(x[:64], y[:64]), attack="pgd", eps=EPS, steps=10, converge=True,
+                 out=tmp_path / "bar", name="bar", mean=[0.0], std=[1.0], progress=True)
+    assert len(seen) > 10  # every rung's batches moved it, not one jump per unit
+    start, end = seen[0][0], seen[-1][0]
+    full = next(t for t, n, total in seen if total and n >= total - 1e-6)
+    assert (end - full) <= 0.2 * (end - start), (full - start, end - start)
+    assert all(n <= total + 1e-6 for _, n, total in seen)
+
+
+def test_continuation_rounds_take_the_next_ranked_targets_from_rank_1_again_and_the_settings_are_checked():
+    from robustbench_pid.benchmarks.ladder import planned_round
+
+    spec = LadderSpec()
+    firsts = [(r.params["first"], r.params["targets"]) for k in range(2, 8)
+              for r in planned_round(spec, EPS, k, False, False, 500) if r.family == "targeted"]
+    assert firsts == [(1, 3), (4, 3), (7, 3), (1, 3), (4, 3), (7, 3)]  # the pool of 9, then from rank 1 again
+    odd = LadderSpec.from_options({"pool": 8, "targets": 3})
+    assert [(r.params["first"], r.params["targets"]) for k in (2, 3, 4)
+            for r in planned_round(odd, EPS, k, False, False, 500) if r.family == "targeted"] == [(1, 3), (4, 3),
+                                                                                              (7, 2)]
+    with pytest.raises(UserError, match="rounds \\+ continue_rounds must be at most 9"):
+        LadderSpec.from_options({"continue_rounds": 7})
+    with pytest.raises(UserError, match="lookahead must be a finite number >= 0"):
+        LadderSpec.from_options({"lookahead": -1})
+    # a smaller cap or lookahead is a weaker ladder: its converged says so
+    assert LadderSpec.from_options({"cap_free": 1000, "lookahead": 2}).reductions() == ["lookahead 2 < 4",
+                                                                                       "cap_free 1000 < 5000"]

@@ -3,6 +3,7 @@ forwarded row to its nearest clean image, so a sample the attack broke early car
 kept attacking, and the counts still add up to every image the model saw."""
 from __future__ import annotations
 
+import pytest
 import torch
 
 from robustbench_pid.attacks import make_attack
@@ -131,3 +132,37 @@ def test_the_class_count_probe_of_targeted_attacks_is_charged_and_clamped_target
         ok = net(x).argmax(1) == y
     attack(seen, x[ok][:6], y[ok][:6], bounds=(0.0, 1.0), generator=torch.Generator().manual_seed(0))
     assert float(attack.telemetry.forward.sum()) == seen.n
+
+
+def test_progress_keeps_each_samples_lowest_margin_inside_the_ball_and_what_its_last_half_gained():
+    """Hand-made calls through ``Counted``: each forwarded row's verdict margin z_y - max z_j goes to its nearest
+    clean image; rows outside that image's eps-ball are ignored (FAB steps outside and projects back); ``margin_half``
+    is the lowest over the first half of the sample's passes, so ``margin_half - margin_best`` is the last half's gain."""
+
+    class Shift(torch.nn.Module):
+        """Logits (s, 0): the margin of class 0 is the first pixel's value s."""
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            s = x.flatten(1)[:, 0]
+            return torch.stack([s, torch.zeros_like(s)], 1)
+
+    x = torch.zeros(2, 1, 2, 2)
+    x[1] += 0.5  # two images far apart (L-inf 0.5)
+    y = torch.zeros(2, dtype=torch.long)
+    c = Counted(Shift(), x, labels=y, eps=0.1)
+
+    def rows(*vals):  # sample 0 at first-pixel offsets vals[0], sample 1 at vals[1], ...
+        out = x[: len(vals)].clone()
+        for i, v in enumerate(vals):
+            out[i, 0, 0, 0] += v
+        return out
+
+    c(rows(0.05, 0.0))  # margins 0.05 | 0.5
+    c(rows(0.02, -0.05))  # 0.02 | 0.45
+    c(rows(-0.3, -0.08))  # outside sample 0's ball: ignored | 0.42
+    c(rows(-0.01, -0.1))  # -0.01 (crossed) | 0.40
+    p = c.progress()
+    assert p["passes"].tolist() == [4.0, 4.0]
+    assert p["margin_best"].tolist() == pytest.approx([-0.01, 0.40])
+    assert p["margin_half"].tolist() == pytest.approx([0.02, 0.45])  # the first two passes of each
+    assert Counted(Shift(), x).progress() is None  # without labels nothing is kept

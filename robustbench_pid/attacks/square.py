@@ -72,7 +72,7 @@ class Square(Attack):
         from pyautoattack.square import SquareAttack
 
         seed = seed_from(generator)
-        counted = Counted(model, x)
+        counted = Counted(model, x, labels=y, eps=self.eps)
         model, x_in, eps, back = to_unit_box(counted, x, self.eps, bounds)
         class Tracked(SquareAttack):
             """The library's Square, keeping each run's best point of every sample it attacked (perturb returns
@@ -92,6 +92,7 @@ class Square(Attack):
             u_adv = sq.perturb(x_in, y)
             self.stats["best_loss"] = self._nearness(model, x_in, u_adv, y, sq.runs)
             counted.settle(self.telemetry)  # per sample: each forwarded row charged to its nearest clean image
+        self.stats.update(counted.progress() or {})  # the search's progress per sample (the ladder's stop rule)
         # undo the affine map, then remove its float rounding (~1e-8) so the ball holds exactly
         return project_linf(back(u_adv), x, self.eps, bounds)
 

@@ -104,9 +104,15 @@ class Counted(torch.nn.Module):
     be told apart by nearness: their rows are pooled and shared equally by the copies. Attribution costs
     one (rows x batch) distance per call, about a percent of a forward pass of the models here."""
 
-    def __init__(self, net: torch.nn.Module, originals: Optional[torch.Tensor] = None) -> None:
+    def __init__(self, net: torch.nn.Module, originals: Optional[torch.Tensor] = None,
+                 labels: Optional[torch.Tensor] = None, eps: Optional[float] = None) -> None:
         super().__init__()
         self.net = net
+        # with labels and eps: the verdict margin of every forwarded row inside its sample's L-inf eps-ball, kept for
+        # :meth:`progress` (how far each sample's search came, and how much of that in the last half of its passes)
+        self._labels = None if labels is None or originals is None else labels.detach()
+        self._eps = eps
+        self._seen: List[Tuple[torch.Tensor, torch.Tensor]] = []
         self.n_forward = 0
         self.n_backward = 0
         self._orig = None if originals is None else originals.detach().flatten(1).float()
@@ -128,21 +134,31 @@ class Counted(torch.nn.Module):
     def owners(self, x: torch.Tensor) -> Optional[torch.Tensor]:
         """Index of the nearest original (L-inf) of each row of ``x``; None without originals or on a
         shape the originals do not have (then counts fall back to the batch mean)."""
+        got = self._nearest(x)
+        return None if got is None else got[0]
+
+    def _nearest(self, x: torch.Tensor) -> Optional[Tuple[torch.Tensor, torch.Tensor]]:
+        """(owner index, L-inf distance to it) per row of ``x``, or None (see :meth:`owners`)."""
         if self._orig is None or x.flatten(1).shape[1] != self._orig.shape[1]:
             return None
         with torch.no_grad():
             rows = x.detach().flatten(1).float()
-            out = [torch.cdist(rows[i:i + 256], self._orig, p=float("inf")).argmin(1) for i in range(0, len(rows), 256)]
-        return torch.cat(out).to(self.per_forward.device)
+            parts = [torch.cdist(rows[i:i + 256], self._orig, p=float("inf")).min(1) for i in range(0, len(rows), 256)]
+        dev = self.per_forward.device
+        return torch.cat([p.indices for p in parts]).to(dev), torch.cat([p.values for p in parts]).to(dev)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        who = self.owners(x)
+        near = self._nearest(x)
+        who = None if near is None else near[0]
         out = self.net(x)
         self.n_forward += len(x)
         if who is not None:
             self.per_forward += torch.bincount(who, minlength=len(self.per_forward)).double()
+            if self._labels is not None and out.dim() == 2:
+                self._observe(who, near[1], out)
         else:
             self._orig = None  # one row without an owner: the per-sample counts would be incomplete
+            self._labels = None
         if out.requires_grad:
             n = len(x)
 
@@ -155,6 +171,41 @@ class Counted(torch.nn.Module):
         # under autocast the logits are half precision; the library writes them into fp32 buffers (Square's
         # margins), so they leave here as fp32 whatever precision the passes ran in
         return out.float() if out.is_floating_point() and out.dtype != torch.float32 else out
+
+    def _observe(self, who: torch.Tensor, dist: torch.Tensor, logits: torch.Tensor) -> None:
+        """Keep each row's verdict margin ``z_y - max_{j != y} z_j`` (> 0: still correct), +inf for a row outside
+        its sample's eps-ball (FAB steps outside and projects back; such a point decides nothing)."""
+        with torch.no_grad():
+            m = -neg_margin(logits.detach().float(), self._labels.to(logits.device)[who.to(logits.device)])
+            m = m.to(who.device)
+            if self._eps is not None:
+                m = torch.where(dist <= float(self._eps) * (1 + 1e-4) + 1e-6, m, torch.full_like(m, float("inf")))
+        self._seen.append((who, m))
+
+    def progress(self) -> Optional[Dict[str, torch.Tensor]]:
+        """Per sample, from the rows forwarded inside its eps-ball: ``margin_best`` (the lowest verdict margin:
+        how near the boundary the search came; <= 0 once it crossed), ``margin_half`` (the lowest over the
+        first half of the sample's passes, so ``margin_half - margin_best`` is what the last half still gained)
+        and ``passes`` (rows forwarded for the sample); +inf where a sample had no such row. None without
+        labels. Why here: the library loops are not ours, but every point they try passes through this model."""
+        if self._labels is None or self._orig is None:
+            return None
+        n, dev = len(self._orig), self.per_forward.device
+        best = torch.full((n,), float("inf"), device=dev)
+        half = best.clone()
+        if not self._seen:
+            return {"margin_best": best, "margin_half": half, "passes": torch.zeros(n, device=dev)}
+        who = torch.cat([w for w, _ in self._seen])
+        m = torch.cat([v for _, v in self._seen])
+        order = torch.argsort(who, stable=True)  # each sample's rows, in the order they were forwarded
+        w, mm = who[order], m[order]
+        counts = torch.bincount(who, minlength=n)
+        starts = torch.cumsum(counts, 0) - counts
+        pos = torch.arange(len(w), device=dev) - starts[w]
+        first = pos < torch.div(counts[w] + 1, 2, rounding_mode="floor")
+        best = best.scatter_reduce(0, w, mm, "amin")
+        half = half.scatter_reduce(0, w[first], mm[first], "amin")
+        return {"margin_best": best, "margin_half": half, "passes": counts.float()}
 
     def settle(self, telemetry: Optional[Telemetry]) -> None:
         if telemetry is None or not telemetry.n:

@@ -26,13 +26,16 @@ import torch
 from ..attacks import make_attack
 from ..core.labels import eps_text
 from ..attacks.base import aligned_draws, still_correct
+from ..attacks.telemetry import neg_margin
 from ..runtime.device import attack_precision
 from ..runtime.health import check_finite
+from ..runtime.progress import work_of
 from ..results.report.indicators import LIBRARY_ATTACKS, TREND_TAU, loss_trend
 from ..specs import Unit, chunks
 from . import Benchmark, Column, benchmarks
-from .ladder import DESIGN, PROBE, Ladder, LadderSpec, RungResult, climb, planned_round, run_rung
-from .ladder_probes import batch_dependent, gradients_unavailable, predictions_unstable
+from .ladder import DESIGN, FAMILIES, PROBE, Ladder, LadderSpec, RungResult, climb, planned_round, run_rung
+from .ladder.probes import (batch_dependent, gradients_mislead, gradients_random, gradients_unavailable,
+                            predictions_unstable)
 from .adv_images import keep_adversarial
 
 CONVERGE = "converge"
@@ -102,7 +105,8 @@ class Converge(Benchmark):
         them costs more than this)."""
         p = json.loads(unit.params)
         s = LadderSpec.from_options(p["ladder"])
-        fwd, fb = 3.0, 2.0  # the probes: one instability draw, at most one batch-context pass, the gradient probe
+        # the probes: one instability draw, at most two batch-context passes, the gradient probes
+        fwd, fb = 8.0, 5.0
         for r in range(1, s.rounds + 1):
             share = 1.0 if r == 1 else s.near_share
             for rung in planned_round(s, float(unit.eps), r, unstable=False, no_grad=False):
@@ -139,10 +143,11 @@ class Converge(Benchmark):
             fwd0.append(f0)
             bwd0.append(b0)
             worst_parts.append(worst.cpu())
-            ctx.advance(len(ids))
+            ctx.spend(work_of(float(f0.sum()), float(b0.sum())) + len(ids))  # rung 0 and the clean pass
         x, y, clean = torch.cat(xs), torch.cat(ys), torch.cat(logits)
         c1 = still_correct(clean, y, 1)
-        ladder = Ladder(robust=torch.cat(robust_parts).cpu().clone(), worst=torch.cat(worst_parts).cpu())
+        ladder = Ladder(robust=torch.cat(robust_parts).cpu().clone(), worst=torch.cat(worst_parts).cpu(),
+                        clean_margin=-neg_margin(clean.float(), y).cpu())
         rung0_robust = ladder.robust.clone()
         everyone = torch.arange(len(y))
         ladder.charge("user", everyone, torch.cat(fwd0), torch.cat(bwd0))
@@ -163,23 +168,41 @@ class Converge(Benchmark):
         first = slice(0, min(bs, len(y)))  # the first batch, as the clean pass scored it
         dependent = batch_dependent(model, x[first], clean[first], spec.batch_rtol)
         ladder.charge(PROBE, torch.arange(min(4, len(y))), torch.ones(min(4, len(y))), torch.zeros(min(4, len(y))))
-        ladder.charge(PROBE, torch.arange(first.stop), torch.ones(first.stop), torch.zeros(first.stop))
+        ladder.charge(PROBE, torch.arange(first.stop), torch.full((first.stop,), 2.0), torch.zeros(first.stop))
         no_grad = torch.zeros(len(y), dtype=torch.bool)
         rob = ladder.robust.nonzero().squeeze(1)
         for s in range(0, len(rob), bs):
             idx = rob[s:s + bs]
+            xi, yi = x[idx.to(x.device)], y[idx.to(x.device)]
             with attack_precision(ctx.device, ctx.spec.precision):
-                no_grad[idx] = gradients_unavailable(attacked, x[idx.to(x.device)], y[idx.to(x.device)]).cpu()
-        ladder.charge(PROBE, rob, torch.ones(len(rob)), torch.full((len(rob),), 2.0))
+                no_grad[idx] = gradients_unavailable(attacked, xi, yi).cpu()
+            ladder.misleading[idx] = gradients_mislead(attacked, xi, yi).cpu()  # fp32: see its docstring
+        ladder.charge(PROBE, rob, torch.full((len(rob),), 4.0), torch.full((len(rob),), 3.0))
+        # random gradients (two backward passes at one input differ), on the first batch of still-robust samples
         gen = ctx.generator(unit)
+        probe = rob[:bs][~no_grad[rob[:bs]]]
+        with attack_precision(ctx.device, ctx.spec.precision):
+            random_grads = gradients_random(attacked, x[probe.to(x.device)], y[probe.to(x.device)], spec.unstable_rtol)
+        ladder.charge(PROBE, probe, torch.full((len(probe),), 2.0), torch.full((len(probe),), 2.0))
+        ctx.spend(work_of(float(ladder.forward[PROBE].sum()), float(ladder.backward[PROBE].sum())))
         where = f"converge eps={eps_text(unit.eps, 'linf')} [{unit.start}:{unit.stop}]"
+
+        def on_round(r: int, kind: str, scopes: Dict[str, torch.Tensor], queries: int) -> None:
+            """The round's planned passes, made room for on the bar (a round is decided as the ladder runs)."""
+            cost = 0.0
+            for rung in planned_round(spec, float(unit.eps), r, unstable or random_grads, False, queries):
+                f, b = make_attack(rung.attack, **rung.params).passes()
+                k = int((ladder.robust & scopes[rung.family or "gradient"]).sum())
+                cost += k * work_of(f + 1, b)
+            ctx.reserve(cost)
 
         def run(rung: Any, idx: torch.Tensor) -> RungResult:
             d = idx.to(x.device)
             left = int(ladder.robust.sum())
             t0 = time.time()
 
-            def report(done: int, total: int, broken: int) -> None:
+            def report(done: int, total: int, broken: int, fwd: float = 0.0, bwd: float = 0.0) -> None:
+                ctx.spend(work_of(fwd, bwd))
                 rate = (time.time() - t0) / max(1, done)
                 ctx.note(f"{where} round {rung.round} {rung.id}: {done}/{total} attacked, {broken} broken "
                          f"({left - broken} of {len(y)} robust), rung ETA {_clock(rate * (total - done))}")
@@ -189,10 +212,13 @@ class Converge(Benchmark):
                 return run_rung(rung, attacked, model, x[d], y[d], gen, bs,
                                 check=lambda t, stage: check_finite(t, ctx, unit, stage), report=report)
 
-        climb(ladder, spec, unit.eps, run, unstable=unstable, no_grad=no_grad, batch_dependent=dependent)
+        climb(ladder, spec, unit.eps, run, unstable=unstable, no_grad=no_grad, batch_dependent=dependent,
+              random_gradients=random_grads, on_round=on_round)
         keep_adversarial(ctx, unit, sids, x, ladder.worst, y, "linf", unit.eps)  # --save-adv: each sample's worst case
-        return self._records(ladder, sids, x, y, clean, c1, rung0_robust, flagged, no_grad, unstable, dependent,
-                             spec, rung0)
+        rec = self._records(ladder, sids, x, y, clean, c1, rung0_robust, flagged, no_grad, unstable, dependent,
+                            spec, rung0)
+        rec.update(evidence_columns(ladder, spec, unstable, random_grads))
+        return rec
 
     def _rung0(self, ctx: Any, unit: Unit, rung0: List[Tuple[str, Dict[str, Any]]], gens: List[torch.Generator], x: torch.Tensor,
                y: torch.Tensor, c1: torch.Tensor, c5: torch.Tensor
@@ -271,3 +297,22 @@ class Converge(Benchmark):
                     "converge_unstable": bool(unstable), "converge_batch_dependent": bool(dependent),
                     "converge_tolerance": spec.tolerance(n), **META})
         return rec
+
+
+def evidence_columns(ladder: Ladder, spec: LadderSpec, unstable: bool, random_grads: bool) -> Dict[str, Column]:
+    """The stop rule's per-sample evidence for the records: the lowest verdict margin the gradient rungs and the
+    random search reached (and the clean one), whether the gradients were untrusted there, whether some family was
+    still closing in when the ladder stopped, and which family last gained and by how much (design 5)."""
+    closing = torch.zeros_like(ladder.robust)
+    for fam, m in ladder.closing_in(spec).items():
+        closing |= m
+    for fam, m in ladder.closing_in(spec, under_cap=False).items():
+        closing |= m
+    untrusted = ladder.untrusted() if not unstable else torch.zeros_like(ladder.robust)
+    full = [int(h.get("round", 1)) for h in ladder.history if h.get("kind") == "full"]
+    return {"margin_clean": ladder.clean_margin.numpy(), "margin_gradient": ladder.margin["gradient"].numpy(),
+            "margin_free": ladder.margin["free"].numpy(), "converge_untrusted": untrusted,
+            "converge_closing": closing, "converge_grad_misleads": ladder.misleading.clone(), "converge_gain_family": list(ladder.last_gain_family),
+            "converge_gain": ladder.last_gain.numpy(),
+            **{f"spent@{fam}": ladder.spent[fam].numpy() for fam in FAMILIES},
+            "converge_random_gradients": bool(random_grads), "converge_full_round": max(full) if full else 0}

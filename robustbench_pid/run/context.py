@@ -184,6 +184,29 @@ class Context:
                 step = max(0.0, min(step, self.unit_end - self.progress.n))
             self.progress.update(step)
 
+    def spend(self, work: float) -> None:
+        """Advance the bar by ``work`` forward-pass equivalents a unit actually spent (a ladder rung's batch), never
+        past the unit's end: a unit whose work is decided as it runs (``--converge``) moves the bar as it goes."""
+        if self.progress is None or work <= 0:
+            return
+        step = float(work)
+        if self.unit_end is not None:
+            step = max(0.0, min(step, self.unit_end - self.progress.n))
+        self.progress.update(step)
+
+    def reserve(self, work: float) -> None:
+        """Make room for ``work`` more forward-pass equivalents in the running unit (a ladder round decided at run
+        time): where less than that is left of the unit, its end and the bar's total grow by the difference, so the
+        bar never sits at its end while work it did not plan for goes on."""
+        bar = self.progress
+        if bar is None or self.unit_end is None or work <= 0:
+            return
+        short = bar.n + float(work) - self.unit_end
+        if short > 0:
+            self.unit_end += short
+            bar.total = (bar.total or 0) + short
+            bar.refresh()
+
     def note(self, text: str) -> None:
         """What the unit is doing now, on the progress bar's line (a long phase inside one unit, such as a ladder
         rung, would otherwise sit silent behind a bar that no longer moves)."""

@@ -68,6 +68,7 @@ from ..results.files.units import short_label, unit_label, unit_to_dict
 from .plan import PLAN_VERSION, plan_hash, plan_units, shard_units
 from .provenance import check_same_model, device_name, run_provenance
 from .context import Context, prepare, unit_rng, unit_seed
+from ..runtime.progress import FB_COST, work_of  # noqa: F401 (FB_COST: tests)
 from ..results.files.run_files import (HOST, check_writable, clean_stale_temps, default_out, make_out_dir, now, proc_start, read_json, run_lock, unit_done, write_json, write_parquet_atomic)
 from ..specs import RunSpec, Unit
 
@@ -256,7 +257,6 @@ def _work(ctx: Context, out: Path, mine: List[Unit], launched: Launch) -> Tuple[
     return computed, seconds
 
 
-FB_COST = 3.0  # a forward+backward to the input in forward passes: doctor's H200 pairs give 2.3 (fp32) to 3.0 (bf16)
 
 
 def unit_weight(ctx: Context, u: Unit) -> float:
@@ -266,7 +266,7 @@ def unit_weight(ctx: Context, u: Unit) -> float:
         f, b = unit_passes(ctx, u)
     except Exception:  # noqa: BLE001 - a benchmark that cannot count its passes still runs: one per sample
         return 1.0
-    return max(1.0, float(f) + FB_COST * float(b))
+    return max(1.0, work_of(float(f), float(b)))
 
 
 def _by_span(units: Sequence[Unit]) -> Dict[Tuple[int, int], List[Unit]]:

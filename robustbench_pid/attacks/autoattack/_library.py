@@ -5,7 +5,8 @@ changes results. (1) Its seed is drawn from the run's generator (the classes oth
 constant or the clock) and the global RNG it reseeds is restored afterwards (``fork_rng``), so it
 neither ignores nor disturbs the run's seeding. (2) Any box, or no box (paper protocol), maps onto
 the [0, 1] box the library clamps to (``_box``). (3) Passes are counted by a ``Counted`` model and
-charged to the telemetry per sample (each forwarded row to its nearest clean image). (4) The library's zero-gradient
+charged to the telemetry per sample (each forwarded row to its nearest clean image), which also keeps each sample's
+search progress (``stats``: ``margin_best``, ``margin_half``, ``passes``). (4) The library's zero-gradient
 warnings go to a silent logger: the harness reports gradients itself.
 """
 from __future__ import annotations
@@ -47,12 +48,13 @@ def run_library(attack: Attack, model: torch.nn.Module, x: torch.Tensor, y: torc
                 call: Optional[Callable[[Any, torch.Tensor, torch.Tensor], torch.Tensor]] = None) -> torch.Tensor:
     """``build`` the library attack on the boxed model, run it on (x, y), return points in the ball."""
     seed = seed_from(generator)
-    counted = Counted(model, x)
+    counted = Counted(model, x, labels=y, eps=attack.eps)
     boxed, u, eps, back = to_unit_box(counted, x, attack.eps, bounds)
     obj = build(boxed, eps, seed)
     with torch.random.fork_rng(devices=rng_devices(x)):
         u_adv = call(obj, u, y) if call is not None else obj.perturb(u, y)
         counted.settle(attack.telemetry)
+    attack.stats.update(counted.progress() or {})  # how near, and how lately, the search came (the ladder's stop rule)
     # undo the affine map, then remove its float rounding (~1e-8) so the ball holds exactly
     return project_linf(back(u_adv.detach()), x, attack.eps, bounds)
 

@@ -7,7 +7,7 @@ Per condition (model, eps, the user's attacks and the ladder's settings):
 - ``converge_gap``: the user's own attack (rung 0) minus the converged value, in points;
 - ``converge_passes_forward`` / ``converge_passes_backward``: the ladder's mean passes per sample.
 Every row carries the condition's ``status`` (``converged``, ``not converged``, ``upper bound:
-gradients unavailable``; the worst over its chunks) and ``status_detail``.
+gradients unavailable``, ``upper bound: gradients mislead``, ...; the worst over its chunks) and ``status_detail``.
 """
 from __future__ import annotations
 
@@ -22,13 +22,15 @@ from .accuracy import ID_COLUMNS, accuracy_rows, concat_rows
 
 CONVERGED, NOT_CONVERGED, UPPER_BOUND = "converged", "not converged", "upper bound: gradients unavailable"
 BATCH_DEPENDENT = "not converged: outputs depend on the batch"
+MISLED = "upper bound: gradients mislead"  # the random search came nearer than the gradient families (design 5)
+RANDOM_OUTPUTS = "not converged: outputs are random"  # repeated passes disagree: each verdict is one draw (design 5)
 REDUCED = "converged (reduced ladder"  # + ": settings below the defaults)": a weaker ladder says so in its status
-STATUSES = (CONVERGED, NOT_CONVERGED, UPPER_BOUND, BATCH_DEPENDENT)
+STATUSES = (CONVERGED, NOT_CONVERGED, UPPER_BOUND, BATCH_DEPENDENT, MISLED, RANDOM_OUTPUTS)
 # The ladder's design revision (benchmarks/ladder.py: rung order, rung 0's stopping, the probes), part of every
 # converge unit's key, so a run folder of another revision is never resumed with this one, and recorded in its
 # params, so a result of an earlier design says so (``ladder_design``). What each revision changed: docs/attacks.md,
 # "Ladder revisions" (one list, there).
-DESIGN = 4
+DESIGN = 5
 MAX_ROUNDS = 9  # rung ids of later rounds carry "@r"; the order below lists them up to this round
 ROUND_RUNGS = ("apgd-t", "apgd-ce", "fab-t", "square")  # a round's rungs, in the order they run
 
@@ -89,7 +91,8 @@ def condition_tolerance(g: pd.DataFrame) -> Optional[int]:
 
 
 def last_full_breaks(g: pd.DataFrame) -> int:
-    """Samples the last round of each work unit still broke (ladders recorded before rounds existed: their last
+    """Samples the last full round of each work unit still broke (continuation rounds, which run only the families
+    still closing in, are judged by exhaustion instead; ladders recorded before rounds existed: their last
     full rung), summed over the condition's units (0 for a unit with no sample left robust: no further rung
     could break one there)."""
     total = 0
@@ -101,11 +104,21 @@ def last_full_breaks(g: pd.DataFrame) -> int:
         rounds = str(u.get("converge_rounds", "") if hasattr(u, "get") else "").split(",")
         if len(rounds) == len(ids) and all(r.strip().isdigit() for r in rounds):
             last = max(int(r) for r, i in zip(rounds, ids) if i != "user") if len(ids) > 1 else 0
+            full = pd.to_numeric(pd.Series([u.get("converge_full_round", 0)]), errors="coerce").fillna(0).iloc[0]
+            if 0 < int(full) < last:  # design 5: continuation rounds after the last full one are judged by exhaustion
+                last = int(full)
             total += sum(int(b) for i, b, r in zip(ids, broke, rounds) if i != "user" and int(r) == last)
             continue
         pairs = [(r, int(b)) for r, b in zip(ids, broke) if r and r not in NOT_FULL]
         total += pairs[-1][1] if pairs else 0
     return total
+
+
+def flagged_robust(g: pd.DataFrame, column: str) -> int:
+    """How many of the condition's still-robust samples carry the per-sample flag ``column`` (0 without it)."""
+    if column not in g.columns:
+        return 0
+    return int((g[column].fillna(False).astype(bool) & g["correct_top1"].astype(bool)).sum())
 
 
 def condition_status(g: pd.DataFrame) -> str:
@@ -117,14 +130,15 @@ def condition_status(g: pd.DataFrame) -> str:
     ``converged (reduced ladder: ...)`` stays so."""
     got = set(g["converge_status"].astype(str))
     tol = condition_tolerance(g)
-    if UPPER_BOUND in got:
+    if UPPER_BOUND in got or flagged_robust(g, "grad_unavailable") > (tol if tol is not None else len(g)):
         return UPPER_BOUND
-    if tol is not None and "grad_unavailable" in g.columns:
-        gradless = g["grad_unavailable"].fillna(False).astype(bool) & g["correct_top1"].astype(bool)
-        if int(gradless.sum()) > tol:
-            return UPPER_BOUND
-    if BATCH_DEPENDENT in got:
-        return BATCH_DEPENDENT
+    for status in (BATCH_DEPENDENT, RANDOM_OUTPUTS, MISLED):
+        if status in got:
+            return status
+    if tol is not None and flagged_robust(g, "converge_untrusted") > tol:
+        return MISLED
+    if tol is not None and flagged_robust(g, "converge_closing") > tol:
+        return NOT_CONVERGED
     if len(got) != 1 or not (got <= {CONVERGED} or next(iter(got)).startswith(REDUCED)):
         return NOT_CONVERGED
     if tol is not None and last_full_breaks(g) > tol:
@@ -139,6 +153,10 @@ def condition_detail(g: pd.DataFrame) -> str:
     tol = condition_tolerance(g)
     if len(per_unit) == 1 or tol is None:
         return units
+    for col, what in (("converge_untrusted", "untrusted gradients"), ("converge_closing", "a search still closing in")):
+        k = flagged_robust(g, col)
+        if k > tol:
+            units = f"{k} still-robust samples with {what} over the condition's units (tolerance {tol}); " + units
     st = per_unit["converge_status"].astype(str)
     ok = int((st == CONVERGED).sum() + st.str.startswith(REDUCED).sum())
     return (f"{ok} of {len(per_unit)} work units converged; their last rounds broke {last_full_breaks(g)} of "

@@ -1,0 +1,136 @@
+"""The convergence ladder's probes: cheap checks of the model that decide which rungs run and which status a
+ladder may claim. Each answers one question about the model at the clean points, before any rung:
+
+- ``predictions_unstable``: do repeated forward passes disagree (a randomised model: the EOT rungs run)?
+- ``batch_dependent``: does a sample's output change with the other samples in its batch (a batch statistic,
+  BatchNorm left in training mode) by more than repeated passes of the same batch differ (a randomised model's
+  noise is not batch dependence)? Then the rungs, which score verdicts on ever smaller subsets, could call a
+  sample robust in one batch and broken in another: the ladder never says ``converged``;
+- ``gradients_random``: do two backward passes at the same input differ (a random gradient with a deterministic
+  forward pass)? Then the EOT rungs, which average gradients over draws, run as for a randomised model;
+- ``gradients_unavailable``: are the input gradients of both the CE and the DLR loss zero or not finite
+  (only the gradient-free rungs can attack such a sample; the number is an upper bound)?
+- ``gradients_mislead``: does a tiny step along the gradient raise the loss more than the same step against it
+  (where it does not, the gradient misleads, and the gradient families' failure is no evidence: the stop rule's
+  gradient trust)?
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+
+from ...attacks.base import dlr_losses
+
+
+def gradients_unavailable(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Per sample: are the input gradients of both the CE and the DLR loss zero or not finite at x?
+    One forward and two backward passes. CE alone would call a model with scaled-up logits gradient-free."""
+    x = x.detach().clone().requires_grad_(True)
+    with torch.enable_grad():
+        logits = model(x).float()
+        (g_ce,) = torch.autograd.grad(F.cross_entropy(logits, y, reduction="none").sum(), x, retain_graph=True,
+                                      allow_unused=True)
+        (g_dlr,) = torch.autograd.grad(dlr_losses(logits, y).sum(), x, allow_unused=True)
+    return _bad(g_ce, len(x), x.device) & _bad(g_dlr, len(x), x.device)
+
+
+def _bad(g: Optional[torch.Tensor], n: int, device: torch.device) -> torch.Tensor:
+    if g is None:
+        return torch.ones(n, dtype=torch.bool, device=device)
+    g = g.flatten(1)
+    return ~(g.abs().amax(1) > 0) | ~torch.isfinite(g).all(1)
+
+
+PROBE_STEP = 2.0 ** -14  # L-inf pixels (about 6e-5): small enough that the model is linear at its scale
+
+
+def gradients_mislead(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, step: float = PROBE_STEP
+                      ) -> torch.Tensor:
+    """Per sample: does a step of ``step`` (L-inf) along the sign of the DLR loss's input gradient (the scale-free
+    loss the targeted family ascends) raise that loss no more than the same step against it? Then the gradient
+    points downhill or nowhere (sign-flipped, or noise), and the gradient attacks' failure is no evidence.
+
+    Why opposite steps: their difference is ``2 * step * ||g||_1`` to first order on a healthy model and the
+    curvature terms cancel. Why a tiny step and not eps/4: on the zoo's transformers a step of eps/4 already leaves
+    the linear regime (at 4/255 it flagged 71 of 356 clean-correct digits of the plain DeiT, 1 at eps/64 and none at
+    2^-14 pixels, while flagging 285, 355 and 356 of its sign-flipped twin). In fp32 whatever ``--precision`` says:
+    bf16 rounds a loss of about 1 to 2^-8, more than the first-order difference. A sample without a usable gradient
+    is not flagged here (``gradients_unavailable`` speaks for it). One forward and one backward pass, and two
+    forward passes."""
+    x = x.detach().float().clone().requires_grad_(True)
+    with torch.enable_grad():
+        logits = model(x).float()
+        (g,) = torch.autograd.grad(dlr_losses(logits, y).sum(), x, allow_unused=True)
+    if g is None:
+        return torch.zeros(len(x), dtype=torch.bool, device=x.device)
+    usable = ~_bad(g, len(x), x.device)
+    d = torch.nan_to_num(g.detach(), nan=0.0, posinf=0.0, neginf=0.0).sign() * step
+    x0 = x.detach()
+    with torch.no_grad():
+        up = dlr_losses(model((x0 + d).clamp(0, 1)).float(), y)
+        down = dlr_losses(model((x0 - d).clamp(0, 1)).float(), y)
+    return usable & ~(up > down)
+
+
+def predictions_unstable(model: torch.nn.Module, x: torch.Tensor, logits: torch.Tensor, rtol: float,
+                         draws: int = 2) -> bool:
+    """Do repeated clean forward passes disagree (argmax, or logits beyond ``rtol`` of their scale)?
+    A randomised model (dropout left on, random transforms) needs expectation over transformation."""
+    scale = float(logits.abs().max()) + 1e-12
+    with torch.no_grad():
+        for _ in range(draws):
+            again = model(x).float()
+            if (again.argmax(1) != logits.argmax(1)).any() or float((again - logits).abs().max()) > rtol * scale:
+                return True
+    return False
+
+
+NOISE_FACTOR = 3.0  # batch dependence must exceed this many times what repeated passes of the batch differ by
+
+
+def batch_dependent(model: torch.nn.Module, x: torch.Tensor, logits: torch.Tensor, rtol: float, probes: int = 4
+                    ) -> bool:
+    """Do the logits of a few samples scored alone (batches of one), and in another company (the batch in
+    reverse order), differ from their logits in the batch they were scored in (``logits``) beyond ``rtol`` of the
+    logits' scale plus ``NOISE_FACTOR`` times what the same batch differs by when passed again? ``probes`` + 2
+    forward passes. Kernels for other batch sizes round differently (about 1e-6 of the scale in fp32, 1e-3 in bf16),
+    so ``rtol`` sits well above rounding and far below what a batch statistic does (the whole scale). Why the
+    repeated pass: on a randomised model (input noise at every pass) every pass differs, in any company; only a
+    difference beyond that noise is the batch's doing (both maxima are over draws of one noise, so 3x is far above
+    their spread). A batch of one sample cannot show a dependence: False."""
+    if len(x) < 2:
+        return False
+    scale = float(logits.abs().max()) + 1e-12
+    k = min(int(probes), len(x))
+    with torch.no_grad():
+        again = model(x).float()
+        alone = torch.cat([model(x[i:i + 1]).float() for i in range(k)])
+        flipped = model(x.flip(0)).float().flip(0)
+    if not bool(torch.isfinite(again).all()):
+        return True
+    noise = float((again - logits.float()).abs().max())
+    for got, want in ((alone, logits[:k]), (flipped, logits)):
+        if not bool(torch.isfinite(got).all()) or \
+                float((got - want.float()).abs().max()) > rtol * scale + NOISE_FACTOR * noise:
+            return True
+    return False
+
+
+def gradients_random(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, rtol: float) -> bool:
+    """Do two input gradients of the CE loss at the same points differ beyond ``rtol`` of their scale (a random
+    backward pass: noise injected into the gradient, a stochastic surrogate)? Two forward and two backward passes.
+    A deterministic model's two gradients agree to rounding (the same kernels on the same inputs)."""
+    if not len(x):
+        return False
+    grads = []
+    for _ in range(2):
+        xi = x.detach().clone().requires_grad_(True)
+        with torch.enable_grad():
+            (g,) = torch.autograd.grad(F.cross_entropy(model(xi).float(), y, reduction="sum"), xi, allow_unused=True)
+        if g is None or not bool(torch.isfinite(g).all()):
+            return False  # no usable gradient: ``gradients_unavailable`` speaks for it
+        grads.append(g.flatten(1))
+    scale = float(grads[0].abs().max()) + 1e-30
+    return float((grads[0] - grads[1]).abs().max()) > rtol * scale

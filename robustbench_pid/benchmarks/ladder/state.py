@@ -1,0 +1,153 @@
+"""The per-sample state of one chunk's ladder: which samples are robust, which rung broke each, the passes each
+rung spent, the worst-case point found, and the evidence the stop rule reads: how near each family's search came
+to the boundary (``nearness`` to rank samples, ``margin`` to compare families on one sample), what each family spent
+on each sample, and whether it was still closing in when its last run ended (``closing``)."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional
+
+import torch
+
+from .rungs import FAMILIES, Rung, RungResult
+from .spec import LadderSpec
+
+KINDS = ("gradient", "free")  # whose evidence: the gradient families' (and EOT's), or the random search's
+
+
+@dataclass
+class Ladder:
+    """The per-sample state of one chunk's ladder: robust now, which rung broke it, passes per rung, the
+    worst-case point found (the breaking point; the clean image while robust), nearness to the boundary."""
+
+    robust: torch.Tensor  # bool, top-1 correct under every rung so far (and clean)
+    broken_by: List[str] = field(default_factory=list)  # rung id or "" per sample
+    forward: Dict[str, torch.Tensor] = field(default_factory=dict)  # rung id -> forward images per sample
+    backward: Dict[str, torch.Tensor] = field(default_factory=dict)
+    history: List[Dict[str, Any]] = field(default_factory=list)  # per rung: id, attacked, broke, round, settings
+    worst: Optional[torch.Tensor] = None  # per sample: the worst-case point (CPU)
+    # per kind of evidence (``Rung.near_by``): per sample, the best margin loss its rungs reached (-inf: none)
+    nearness: Dict[str, torch.Tensor] = field(default_factory=dict)
+    # per kind: per sample, the lowest verdict margin z_y - max z_j its rungs reached inside the ball (+inf: none)
+    margin: Dict[str, torch.Tensor] = field(default_factory=dict)
+    clean_margin: Optional[torch.Tensor] = None  # the verdict margin at the clean point (set by the benchmark)
+    misleading: Optional[torch.Tensor] = None  # per sample: a gradient step raised the loss no more than one against it
+    # per family: budget spent per sample (backward passes; Square: queries), and "its last run was still closing in"
+    spent: Dict[str, torch.Tensor] = field(default_factory=dict)
+    closing: Dict[str, torch.Tensor] = field(default_factory=dict)
+    last_gain_family: List[str] = field(default_factory=list)  # per sample: the family that last gained ...
+    last_gain: Optional[torch.Tensor] = None  # ... and how much margin its run's last half gained
+    lookahead: float = LadderSpec.lookahead  # the stop rule's (``climb`` sets the spec's)
+    status: str = ""
+    detail: str = ""
+
+    def __post_init__(self) -> None:
+        n = len(self.robust)
+        if not self.broken_by:
+            self.broken_by = [""] * n
+        if not self.last_gain_family:
+            self.last_gain_family = [""] * n
+        if self.last_gain is None:
+            self.last_gain = torch.zeros(n)
+        if self.misleading is None:
+            self.misleading = torch.zeros(n, dtype=torch.bool)
+        for kind in KINDS:
+            self.nearness.setdefault(kind, torch.full((n,), float("-inf")))
+            self.margin.setdefault(kind, torch.full((n,), float("inf")))
+        for fam in FAMILIES:
+            self.spent.setdefault(fam, torch.zeros(n, dtype=torch.float64))
+            self.closing.setdefault(fam, torch.zeros(n, dtype=torch.bool))
+
+    def charge(self, rung: str, idx: torch.Tensor, fwd: torch.Tensor, bwd: torch.Tensor) -> None:
+        n = len(self.robust)
+        for store, v in ((self.forward, fwd), (self.backward, bwd)):
+            t = store.setdefault(rung, torch.zeros(n, dtype=torch.float64))
+            t[idx.cpu()] += v.detach().double().cpu()
+
+    def record(self, rung: Rung, idx: torch.Tensor, res: RungResult) -> int:
+        """Apply a rung's verdicts (``res.still``: top-1 correct after it, per attacked sample)."""
+        idx = idx.cpu()
+        hit = ~res.still.cpu()
+        broke = idx[hit]
+        for i in broke.tolist():
+            self.broken_by[i] = rung.id
+        self.robust[broke] = False
+        if self.worst is not None and res.x_adv is not None and len(broke):
+            self.worst[broke] = res.x_adv[hit.to(res.x_adv.device)].detach().to(self.worst.device, self.worst.dtype)
+        if res.nearness is not None and len(idx):
+            t = self.nearness[rung.near_by]
+            t[idx] = torch.maximum(t[idx], res.nearness.detach().float().cpu())
+        self._progress(rung, idx, res)
+        self.history.append({"id": rung.id, "attacked": int(len(idx)), "broke": int(len(broke)),
+                             "full": rung.scope == "robust", "label": rung.attack, "round": rung.round,
+                             "family": rung.family, "scope": rung.scope, "settings": rung.describe()})
+        return int(len(broke))
+
+    def _progress(self, rung: Rung, idx: torch.Tensor, res: RungResult) -> None:
+        """The exhaustion evidence of one run: budget spent, lowest margin, and whether the family was still closing
+        in on each sample it left robust: the margin left is at most ``lookahead`` times what the run's last half
+        gained (``lookahead``, the spec's; a crossing it did not return counts as closing in)."""
+        if not len(idx) or rung.family not in FAMILIES:
+            if res.margin_best is not None and len(idx):
+                t = self.margin[rung.near_by]
+                t[idx] = torch.minimum(t[idx], res.margin_best.detach().float().cpu())
+            return
+        units = res.forward if rung.family == "free" else res.backward
+        self.spent[rung.family][idx] += units.detach().double().cpu()
+        if res.margin_best is None:
+            return
+        best = res.margin_best.detach().float().cpu()
+        half = res.margin_half.detach().float().cpu() if res.margin_half is not None else best
+        t = self.margin[rung.near_by]
+        t[idx] = torch.minimum(t[idx], best)
+        gain = torch.where(torch.isfinite(best) & torch.isfinite(half), (half - best).clamp(min=0), torch.zeros_like(best))
+        self.closing[rung.family][idx] = self.robust[idx] & torch.isfinite(best) & (best <= self.lookahead * gain)
+        for j, i in enumerate(idx.tolist()):
+            if float(gain[j]) > 0:
+                self.last_gain_family[i], self.last_gain[i] = rung.family, float(gain[j])
+
+    def closing_in(self, spec: LadderSpec, under_cap: bool = True) -> Dict[str, torch.Tensor]:
+        """Per family, the still-robust samples it was still closing in on, with budget left under its cap
+        (``under_cap=False``: those whose cap is spent)."""
+        out = {}
+        for fam in FAMILIES:
+            left = self.spent[fam] < spec.cap(fam)
+            out[fam] = self.robust & self.closing[fam] & (left if under_cap else ~left)
+        return out
+
+    def untrusted(self) -> torch.Tensor:
+        """Mask of the still-robust samples on which the gradient families' failure is no evidence: a step along the
+        gradient raised the loss no more than the step against it (``misleading``, the probe's), the random search came
+        strictly nearer the boundary than every gradient rung (same verdict margin, same sample), or the gradient
+        rungs never got nearer than the clean point. On a healthy model a gradient step beats the opposite one and
+        gradient ascent comes nearer than a random search of the same ball; where not, its gradients mislead."""
+        free, grad = self.margin["free"], self.margin["gradient"]
+        worse = self.misleading | (torch.isfinite(free) & (free < grad))
+        if self.clean_margin is not None:
+            c = self.clean_margin.float()
+            worse |= torch.isfinite(grad) & (grad >= c - 1e-6 * c.abs().clamp(min=1.0))
+        return self.robust & worse
+
+    def misled(self) -> torch.Tensor:
+        """Mask of the still-robust samples on which Square came at least as near the boundary as the gradient
+        families (the same scale-free DLR margin): a short random search matching 100-iteration gradient attacks
+        says their gradients mislead there, so only the gradient-free search is evidence about them."""
+        free, grad = self.nearness["free"], self.nearness["gradient"]
+        return self.robust & torch.isfinite(free) & (free >= grad)
+
+    def near(self, share: float, least: int, by: str = "gradient") -> torch.Tensor:
+        """Mask of the still-robust samples nearest the boundary by ``by``'s evidence: the ``share`` (at least
+        ``least``) with the highest nearness; ties and samples without a nearness keep sample order. Where that kind
+        has no evidence on any still-robust sample, the other kind's."""
+        rob = self.robust.nonzero().squeeze(1)
+        k = min(len(rob), max(int(least), math.ceil(share * len(rob))))
+        score = self.nearness[by][rob]
+        if len(rob) and not bool(torch.isfinite(score).any()):
+            score = self.nearness["free" if by == "gradient" else "gradient"][rob]
+        order = torch.sort(score, descending=True, stable=True).indices
+        mask = torch.zeros_like(self.robust)
+        mask[rob[order[:k]]] = True
+        return mask
+
+

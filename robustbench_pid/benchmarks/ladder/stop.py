@@ -1,0 +1,184 @@
+"""The rounds and the stop rule: when the ladder climbs on, and which status its number gets (the package
+docstring says why each rule exists; docs/attacks.md, "The stop rule", says it for readers)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Dict, List, Optional, Tuple
+
+import torch
+
+from ...results.summaries.converge import (BATCH_DEPENDENT, CONVERGED, MISLED, NOT_CONVERGED, RANDOM_OUTPUTS,
+                                           REDUCED, UPPER_BOUND)
+from .rungs import FAMILIES, Rung, RungResult, planned_round
+from .spec import LadderSpec
+from .state import Ladder
+
+RunAttack = Callable[[Rung, torch.Tensor], RungResult]
+
+
+@dataclass
+class Round:
+    """What one round did: its number, kind ("full": every family on its scope; "continue": only the families still
+    closing in, on those samples), how many samples it broke, and which families had a turn."""
+
+    r: int
+    kind: str
+    broke: int
+    families: set
+
+
+def climb(ladder: Ladder, spec: LadderSpec, eps: float, run: RunAttack, *, unstable: bool, no_grad: torch.Tensor,
+          batch_dependent: bool = False, random_gradients: bool = False,
+          on_round: Optional[Callable[[int, str, Dict[str, torch.Tensor], int], None]] = None) -> Ladder:
+    """Run the rounds after rung 0 on ``ladder`` until the stop rule holds (see the package docstring).
+
+    ``run(rung, idx)``: the rung's :class:`RungResult` for samples ``idx``. ``unstable``: the forward pass is random;
+    ``random_gradients``: two backward passes at one input differ (either brings the EOT rungs). ``on_round(r, kind,
+    scopes, square_queries)`` hears each round as it is decided (the progress bar prices it)."""
+    n = len(ladder.robust)
+    tol = spec.tolerance(n)
+    ladder.lookahead = spec.lookahead
+    no_grad = no_grad.cpu()
+    gradients_missing = int((no_grad & ladder.robust).sum()) > tol
+    rounds: List[Round] = []
+    queries, square_broke = spec.square_queries, False
+    for r in range(1, spec.rounds + spec.continue_rounds + 1):
+        if not ladder.robust.any():
+            break
+        closing = ladder.closing_in(spec)
+        if r == 1:
+            kind = "full"
+        elif rounds[-1].kind == "full" and rounds[-1].broke > tol:
+            if r > spec.rounds:
+                break  # still breaking after the rounds allowed: not converged
+            kind = "full"
+        elif any(bool(m.any()) for m in closing.values()):
+            kind = "continue"  # the near sets broke (almost) nothing; some family was still closing in on a sample
+        else:
+            break
+        if r == 2 or (r > 2 and (square_broke or bool(closing["free"].any()))):
+            queries *= spec.square_growth  # more search only where the search still breaks or closes in
+        scopes = _scopes(ladder, spec, r, kind, closing)
+        square_queries = _capped_queries(ladder, spec, queries, scopes["free"])
+        if on_round is not None:
+            on_round(r, kind, scopes, square_queries)
+        broke_round, families, square_broke = 0, set(), False
+        first = len(ladder.history)
+        for rung in planned_round(spec, eps, r, unstable or random_gradients, bool((no_grad & ladder.robust).any()),
+                                  square_queries):
+            sel = no_grad if rung.scope == "no-gradient" else scopes[rung.family or "gradient"]
+            mask = ladder.robust & sel
+            idx = mask.nonzero().squeeze(1)
+            if kind == "continue" and not len(idx):
+                continue  # a continuation round runs only the families still closing in on some sample
+            if len(idx):
+                res = run(rung, idx)
+                ladder.charge(rung.id, idx, res.forward, res.backward)
+                broke = ladder.record(rung, idx, res)
+            else:
+                broke = ladder.record(rung, idx, RungResult(torch.ones(0, dtype=torch.bool), torch.zeros(0),
+                                                            torch.zeros(0)))
+            broke_round += broke
+            square_broke |= rung.family == "free" and broke > 0
+            if rung.family:
+                families.add(rung.family)
+        for h in ladder.history[first:]:
+            h["kind"] = kind
+        rounds.append(Round(r, kind, broke_round, families))
+    ladder.status, ladder.detail = verdict(ladder, spec, tol, rounds, gradients_missing, int(no_grad.sum()),
+                                           batch_dependent, unstable)
+    return ladder
+
+
+def _scopes(ladder: Ladder, spec: LadderSpec, r: int, kind: str, closing: Dict[str, torch.Tensor]
+            ) -> Dict[str, torch.Tensor]:
+    """Per family (and "gradient" for the evidence-driven rungs): the samples its rung attacks this round. Round 1:
+    every still-robust sample. A later full round: the nearest by the family's own kind of evidence, the samples it
+    was still closing in on, and for Square the misled samples. A continuation round: only the closing-in ones.
+    A round's scopes are fixed at its start, so its rungs share them."""
+    if r == 1:
+        every = ladder.robust.clone()
+        return {f: every for f in FAMILIES + ("gradient",)}
+    out: Dict[str, torch.Tensor] = {}
+    for fam in FAMILIES:
+        if kind == "continue":
+            out[fam] = closing[fam].clone()
+            continue
+        by = "free" if fam == "free" else "gradient"
+        out[fam] = ladder.near(spec.near_share, spec.near_min, by) | closing[fam]
+        if fam == "free":  # and every sample on which the gradient families did no better than a short random search
+            out[fam] |= ladder.misled()
+    out["gradient"] = out["targeted"]
+    return out
+
+
+def _capped_queries(ladder: Ladder, spec: LadderSpec, queries: int, scope: torch.Tensor) -> int:
+    """Square's queries this round, so that no sample in its scope passes Square's cap (at least 1)."""
+    if not bool(scope.any()):
+        return queries
+    used = float(ladder.spent["free"][scope].max())
+    return int(max(1, min(queries, spec.cap("free") - used)))
+
+
+def verdict(ladder: Ladder, spec: LadderSpec, tol: int, rounds: List[Round], gradients_missing: bool,
+            n_no_grad: int, batch_dependent: bool = False, unstable: bool = False) -> Tuple[str, str]:
+    """(status, one-line detail) of a finished ladder."""
+    if gradients_missing:
+        return UPPER_BOUND, (f"input gradients are zero or not finite for both CE and DLR losses on {n_no_grad} "
+                             f"sample(s); only gradient-free rungs could attack them, so the robust accuracy is only an "
+                             f"upper bound")
+    if batch_dependent:
+        return BATCH_DEPENDENT, ("the model's outputs for a sample change with the other samples in its batch (a "
+                                 "batch-level statistic, or BatchNorm left in training mode), so a verdict scored in one "
+                                 "batch need not hold in another: no robust accuracy can be called converged")
+    if unstable:
+        return RANDOM_OUTPUTS, ("repeated forward passes of the same images disagree (a randomised model), so each "
+                                "verdict is one random draw: the robust accuracy is an estimate of a random quantity "
+                                "and no round can show it converged (the EOT rungs attacked the expected loss)")
+    if not rounds:
+        if not ladder.robust.any():
+            return _reduced(spec, CONVERGED), "no sample is left robust after your attack"
+        return NOT_CONVERGED, "no round ran"
+    if not ladder.robust.any():
+        last = rounds[-1]
+        return _reduced(spec, CONVERGED), (f"no sample is left robust (round {last.r} broke the last {last.broke})"
+                                           if last.broke else "no sample is left robust")
+    untrusted = ladder.untrusted() if not unstable else torch.zeros_like(ladder.robust)
+    k_untrusted = int(untrusted.sum())
+    if k_untrusted > tol:  # whatever the search found: the gradient families' failure is no evidence there
+        probe = int((untrusted & ladder.misleading).sum())
+        return MISLED, (f"gradients mislead on {k_untrusted} still-robust sample(s) (tolerance {tol}): on {probe} a step "
+                        f"along the gradient raised the loss no more than the same step against it, on {k_untrusted - probe} more "
+                        f"the random search came nearer the boundary than every gradient attack or they never got "
+                        f"nearer than the clean image; the gradient attacks' failure is no evidence there and a finite "
+                        f"random search proves nothing, so the robust accuracy is only an upper bound")
+    full = [x for x in rounds if x.kind == "full"][-1]
+    if full.broke > tol:
+        return NOT_CONVERGED, (f"round {full.r}, the last ({spec.rounds} allowed), still broke {full.broke} sample(s) "
+                               f"(tolerance {tol}): raise --converge-opt rounds, or report the number as an upper bound")
+    closing = ladder.closing_in(spec)
+    capped = ladder.closing_in(spec, under_cap=False)
+    still = torch.zeros_like(ladder.robust)
+    for fam in FAMILIES:
+        still |= closing[fam] | capped[fam]
+    if int(still.sum()) > tol:
+        fams = sorted({ladder.last_gain_family[i] for i in still.nonzero().squeeze(1).tolist()} - {""})
+        why = ("their budget caps were spent" if not any(bool(m.any()) for m in closing.values()) else
+               f"the {spec.rounds + spec.continue_rounds} rounds allowed ran out")
+        return NOT_CONVERGED, (f"the search was still closing in on {int(still.sum())} still-robust sample(s) "
+                               f"({', '.join(fams) or 'no family named'}) when {why} (tolerance {tol}): the number is an "
+                               f"upper bound")
+    if not set(FAMILIES) <= full.families:
+        return NOT_CONVERGED, "not every attack family had its turn"
+    last = rounds[-1]
+    extra = (f"; {sum(1 for x in rounds if x.kind == 'continue')} further round(s) ran the families still closing "
+             f"in until each stalled" if last.kind == "continue" else "")
+    where = "every still-robust sample" if full.r == 1 else "the nearest still-robust samples"
+    return _reduced(spec, CONVERGED), (f"round {full.r} ({where}: ranked APGD-T, APGD-CE, FAB-T, Square) broke "
+                                       f"{full.broke} sample(s) (tolerance {tol}), and every family had stalled on "
+                                       f"every sample left robust{extra}")
+
+
+def _reduced(spec: LadderSpec, status: str) -> str:
+    cut = spec.reductions()
+    return f"{REDUCED} ({', '.join(cut)})" if cut and status == CONVERGED else status
