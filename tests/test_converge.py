@@ -967,3 +967,20 @@ def test_continuation_rounds_take_the_next_ranked_targets_from_rank_1_again_and_
     # a smaller cap or lookahead is a weaker ladder: its converged says so
     assert LadderSpec.from_options({"cap_free": 1000, "lookahead": 2}).reductions() == ["lookahead 2 < 4",
                                                                                        "cap_free 1000 < 5000"]
+
+
+def test_a_restart_that_only_walks_back_to_where_the_family_had_been_is_no_progress():
+    """Every Square run gains within itself (a fresh start: twice its final margin at mid-run) but never gets below
+    what its first run reached: after one more run it has stalled, and the ladder ends converged there."""
+    n = 50
+
+    def square(r, idx):
+        best = torch.full((len(idx),), 3.0)
+        best[idx < 5] = 1.0
+        return best, best * 2
+
+    run, seen = _closing_fake(square)
+    lad = climb(_ladder(n), LadderSpec(), EPS, run, unstable=False, no_grad=torch.zeros(n, dtype=torch.bool))
+    # the first run had nothing before it: its own gain counts, so every sample gets one more run, and only one
+    assert [rid for rid, _ in seen if "@" in rid] == ["square@2"] and dict(seen)["square@2"] == list(range(n))
+    assert lad.status == CONVERGED and not bool(lad.closing["free"].any())

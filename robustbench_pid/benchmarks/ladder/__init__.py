@@ -43,7 +43,9 @@ adversarially trained CNN from elsewhere: Square's best margin on two samples fe
 reports, per sample, the lowest verdict margin ``z_y - max_{j != y} z_j`` at the points it tried inside the ball
 and what the last half of its passes on that sample still gained (``attacks/telemetry.py`` ``Counted.progress``:
 every point a library loop tries goes through the counted model). A family is still closing in on a sample when
-the margin left is at most ``lookahead`` (4) times that gain: at the pace of its last half, a run of twice the
+the margin left is at most ``lookahead`` (4) times what that last half gained over the lowest margin the family
+had reached before it (in earlier runs, or this run's first half: a fresh restart always gains early in its own
+run, so its own first half alone would call every restart closing in): at the pace of its last half, a run of twice the
 budget would cross. Why one step ahead and not to the cap: searches slow down (Square's squares shrink, APGD's
 step halves), so a straight line to a 5,000-query cap would call almost every sample still improving, while one
 doubling is where the measured pace is a fair guess, and the next run is judged again. Such a sample gets that

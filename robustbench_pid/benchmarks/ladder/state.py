@@ -36,6 +36,7 @@ class Ladder:
     # per family: budget spent per sample (backward passes; Square: queries), and "its last run was still closing in"
     spent: Dict[str, torch.Tensor] = field(default_factory=dict)
     closing: Dict[str, torch.Tensor] = field(default_factory=dict)
+    family_margin: Dict[str, torch.Tensor] = field(default_factory=dict)  # per family: its lowest margin per sample
     last_gain_family: List[str] = field(default_factory=list)  # per sample: the family that last gained ...
     last_gain: Optional[torch.Tensor] = None  # ... and how much margin its run's last half gained
     lookahead: float = LadderSpec.lookahead  # the stop rule's (``climb`` sets the spec's)
@@ -58,6 +59,7 @@ class Ladder:
         for fam in FAMILIES:
             self.spent.setdefault(fam, torch.zeros(n, dtype=torch.float64))
             self.closing.setdefault(fam, torch.zeros(n, dtype=torch.bool))
+            self.family_margin.setdefault(fam, torch.full((n,), float("inf")))
 
     def charge(self, rung: str, idx: torch.Tensor, fwd: torch.Tensor, bwd: torch.Tensor) -> None:
         n = len(self.robust)
@@ -87,7 +89,8 @@ class Ladder:
     def _progress(self, rung: Rung, idx: torch.Tensor, res: RungResult) -> None:
         """The exhaustion evidence of one run: budget spent, lowest margin, and whether the family was still closing
         in on each sample it left robust: the margin left is at most ``lookahead`` times what the run's last half
-        gained (``lookahead``, the spec's; a crossing it did not return counts as closing in)."""
+        gained over the family's best before it (``lookahead``, the spec's; a crossing it did not return counts as
+        closing in)."""
         if not len(idx) or rung.family not in FAMILIES:
             if res.margin_best is not None and len(idx):
                 t = self.margin[rung.near_by]
@@ -101,7 +104,14 @@ class Ladder:
         half = res.margin_half.detach().float().cpu() if res.margin_half is not None else best
         t = self.margin[rung.near_by]
         t[idx] = torch.minimum(t[idx], best)
-        gain = torch.where(torch.isfinite(best) & torch.isfinite(half), (half - best).clamp(min=0), torch.zeros_like(best))
+        # the family's whole budget on the sample is the reference: a fresh run (Square restarts from its stripes, APGD
+        # from a random start) always gains early in its own run, so what the last half gained is measured against the
+        # lowest margin the family had reached before it, in earlier runs or this run's first half
+        fam = self.family_margin[rung.family]
+        before = torch.minimum(half, fam[idx])
+        fam[idx] = torch.minimum(fam[idx], best)
+        gain = torch.where(torch.isfinite(best) & torch.isfinite(before), (before - best).clamp(min=0),
+                           torch.zeros_like(best))
         self.closing[rung.family][idx] = self.robust[idx] & torch.isfinite(best) & (best <= self.lookahead * gain)
         for j, i in enumerate(idx.tolist()):
             if float(gain[j]) > 0:
