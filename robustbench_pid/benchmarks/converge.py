@@ -34,8 +34,8 @@ from ..results.report.indicators import LIBRARY_ATTACKS, TREND_TAU, loss_trend
 from ..specs import Unit, chunks
 from . import Benchmark, Column, benchmarks
 from .ladder import DESIGN, FAMILIES, PROBE, Ladder, LadderSpec, RungResult, climb, planned_round, run_rung
-from .ladder.probes import (batch_dependent, gradients_mislead, gradients_random, gradients_unavailable,
-                            predictions_unstable)
+from .ladder.probes import (NOISE_COSINE, batch_dependent, gradient_draws, gradients_mislead,
+                            gradients_unavailable, predictions_unstable)
 from .adv_images import keep_adversarial
 
 CONVERGE = "converge"
@@ -178,11 +178,21 @@ class Converge(Benchmark):
                 no_grad[idx] = gradients_unavailable(attacked, xi, yi).cpu()
             ladder.misleading[idx] = gradients_mislead(attacked, xi, yi).cpu()  # fp32: see its docstring
         ladder.charge(PROBE, rob, torch.full((len(rob),), 4.0), torch.full((len(rob),), 3.0))
-        # random gradients (two backward passes at one input differ), on the first batch of still-robust samples
+        # random gradients (two backward passes at one input differ), on the first batch of still-robust samples with
+        # a gradient; if so, on all of them, flagging where two draws agree less than the noise between them (mostly
+        # noise: the plain gradient rungs' failure is no evidence there)
         gen = ctx.generator(unit)
-        probe = rob[:bs][~no_grad[rob[:bs]]]
-        with attack_precision(ctx.device, ctx.spec.precision):
-            random_grads = gradients_random(attacked, x[probe.to(x.device)], y[probe.to(x.device)], spec.unstable_rtol)
+        probe = rob[~no_grad[rob]]
+        random_grads = False
+        for s in range(0, len(probe), bs):
+            if s and not random_grads:
+                probe = probe[:s]  # a deterministic gradient: the first batch says so
+                break
+            idx = probe[s:s + bs]
+            with attack_precision(ctx.device, ctx.spec.precision):
+                differ, cos = gradient_draws(attacked, x[idx.to(x.device)], y[idx.to(x.device)], spec.unstable_rtol)
+            random_grads |= differ
+            ladder.misleading[idx] |= (cos < NOISE_COSINE).cpu()
         ladder.charge(PROBE, probe, torch.full((len(probe),), 2.0), torch.full((len(probe),), 2.0))
         ctx.spend(work_of(float(ladder.forward[PROBE].sum()), float(ladder.backward[PROBE].sum())))
         where = f"converge eps={eps_text(unit.eps, 'linf')} [{unit.start}:{unit.stop}]"

@@ -6,8 +6,10 @@ ladder may claim. Each answers one question about the model at the clean points,
   BatchNorm left in training mode) by more than repeated passes of the same batch differ (a randomised model's
   noise is not batch dependence)? Then the rungs, which score verdicts on ever smaller subsets, could call a
   sample robust in one batch and broken in another: the ladder never says ``converged``;
-- ``gradients_random``: do two backward passes at the same input differ (a random gradient with a deterministic
-  forward pass)? Then the EOT rungs, which average gradients over draws, run as for a randomised model;
+- ``gradients_random`` / ``gradient_draws``: do two backward passes at the same input differ (a random gradient with
+  a deterministic forward pass)? Then the EOT rungs, which average gradients over draws, run as for a randomised
+  model; and where two draws agree less than they differ (cosine < 0.5), the gradient is mostly noise and the plain
+  gradient rungs' failure is no evidence (gradient trust);
 - ``gradients_unavailable``: are the input gradients of both the CE and the DLR loss zero or not finite
   (only the gradient-free rungs can attack such a sample; the number is an upper bound)?
 - ``gradients_mislead``: does a tiny step along the gradient raise the loss more than the same step against it
@@ -16,7 +18,7 @@ ladder may claim. Each answers one question about the model at the clean points,
 """
 from __future__ import annotations
 
-from typing import Optional
+from typing import Optional, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -118,19 +120,37 @@ def batch_dependent(model: torch.nn.Module, x: torch.Tensor, logits: torch.Tenso
     return False
 
 
+NOISE_COSINE = 0.5  # two draws of a gradient agreeing less than this: its noise is at least as large as its signal
+
+
 def gradients_random(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, rtol: float) -> bool:
     """Do two input gradients of the CE loss at the same points differ beyond ``rtol`` of their scale (a random
     backward pass: noise injected into the gradient, a stochastic surrogate)? Two forward and two backward passes.
     A deterministic model's two gradients agree to rounding (the same kernels on the same inputs)."""
+    return gradient_draws(model, x, y, rtol)[0]
+
+
+def gradient_draws(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, rtol: float
+                   ) -> Tuple[bool, torch.Tensor]:
+    """Two input gradients of the CE loss at the same points: (do they differ beyond ``rtol`` of their scale, the
+    cosine between the two draws per sample). For draws g + n1 and g + n2 of independent noise the cosine is about
+    ||g||^2 / (||g||^2 + ||n||^2): below ``NOISE_COSINE`` (0.5) the noise is at least as large as the gradient, and a
+    gradient attack stepping on one draw at a time walks mostly at random, so its failure is no evidence (the EOT
+    rungs average 20 draws; the plain rungs do not). A deterministic model's cosine is 1. Samples without a usable
+    gradient get cosine 1 (``gradients_unavailable`` speaks for them). Two forward and two backward passes."""
+    ones = torch.ones(len(x), device=x.device)
     if not len(x):
-        return False
+        return False, ones
     grads = []
     for _ in range(2):
         xi = x.detach().clone().requires_grad_(True)
         with torch.enable_grad():
             (g,) = torch.autograd.grad(F.cross_entropy(model(xi).float(), y, reduction="sum"), xi, allow_unused=True)
-        if g is None or not bool(torch.isfinite(g).all()):
-            return False  # no usable gradient: ``gradients_unavailable`` speaks for it
-        grads.append(g.flatten(1))
-    scale = float(grads[0].abs().max()) + 1e-30
-    return float((grads[0] - grads[1]).abs().max()) > rtol * scale
+        if g is None:
+            return False, ones
+        grads.append(torch.nan_to_num(g.detach().float().flatten(1), nan=0.0, posinf=0.0, neginf=0.0))
+    a, b = grads
+    scale = float(a.abs().max()) + 1e-30
+    usable = (a.abs().amax(1) > 0) & (b.abs().amax(1) > 0)
+    cos = torch.where(usable, F.cosine_similarity(a, b, dim=1), ones)
+    return float((a - b).abs().max()) > rtol * scale, cos
