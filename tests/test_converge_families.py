@@ -178,7 +178,8 @@ def test_randomness_is_not_batch_dependence_and_gradient_probes_tell_healthy_fro
     differs by: input noise at every pass is randomness (the EOT rungs' case), a batch statistic is dependence.
     The gradient probes: two backward passes differ only for a random gradient; a tiny step along the gradient
     raises the DLR loss more than the step against it on the plain model, and less on its sign-flipped twin."""
-    from robustbench_pid.benchmarks.ladder.probes import batch_dependent, gradients_mislead, gradients_random
+    from robustbench_pid.benchmarks.ladder.probes import (batch_dependent, gradient_draws, gradients_mislead,
+                                                          gradients_random)
 
     x, y = digits8
     x, y = x[:32], y[:32]
@@ -191,6 +192,11 @@ def test_randomness_is_not_batch_dependence_and_gradient_probes_tell_healthy_fro
         assert batch_dependent(centred, x, centred(x), rtol=1e-2)
         assert not batch_dependent(plain, x, plain(x), rtol=1e-2)
     assert gradients_random(Noisy(copy.deepcopy(plain)), x, y, 1e-3) and not gradients_random(plain, x, y, 1e-3)
+    # two draws of g + 3 ||g|| u agree about as 1 / (1 + 9): mostly noise; a deterministic gradient agrees exactly
+    _, cos = gradient_draws(Noisy(copy.deepcopy(plain)), x, y, 1e-3)
+    assert float(cos.max()) < 0.5
+    _, cos = gradient_draws(plain, x, y, 1e-3)
+    assert torch.allclose(cos, torch.ones_like(cos))
     with torch.no_grad():
         ok = plain(x).argmax(1) == y
     assert int(gradients_mislead(plain, x[ok], y[ok]).sum()) == 0
