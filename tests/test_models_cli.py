@@ -18,6 +18,10 @@ def test_text_listing(capsys: pytest.CaptureFixture) -> None:
     assert "lambda_p=0.8, lambda_i=0.5, lambda_d=0.05, beta=0.1, first_derivative='zero-error'" in out
     assert "pap_iterations=6, pap_lambda=4, rpc_layers='first', pap_convention='authors'" in out
     assert "--model timm:NAME" in out and "embedded:deit_digits" in out and "timm:NAME" in out
+    # the CNN: digits only, and no patch, width, blocks or heads to show
+    assert "digits    cnn_digits_32                    weights: embedded:cnn_at_digits" in out
+    assert ("  cnn_digits_32                    SmallCNN                 32x32 p-   d-    L-   h-      10 cls   "
+            "0.19M") in out
 
 
 def test_json_listing_has_sizes_and_arguments(capsys: pytest.CaptureFixture) -> None:
@@ -40,3 +44,9 @@ def test_json_listing_has_sizes_and_arguments(capsys: pytest.CaptureFixture) -> 
     aliases = {a["name"]: a for a in info["aliases"]}
     assert aliases["rpc_symvit_all"]["arch_kwargs"]["rpc_layers"] == "all"
     assert aliases["deit"]["families"]["imagenet"] == {"arch": "deit_tiny_patch16_224", "checkpoint": None}
+    cnn = archs["cnn_digits_32"]  # 3 convs (3-32-64-64, 3x3) + fc 1024-128 + head 128-10
+    params = (3 * 32 + 32 * 64 + 64 * 64) * 9 + 32 + 64 + 64 + 1024 * 128 + 128 + 128 * 10 + 10
+    assert cnn["params_m"] == round(params / 1e6, 2) and (cnn["depth"], cnn["num_heads"], cnn["patch_size"]) == (
+        None, None, None)
+    assert aliases["cnn_at"]["families"] == {"digits": {"arch": "cnn_digits_32",
+                                                        "checkpoint": "embedded:cnn_at_digits"}}

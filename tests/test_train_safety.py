@@ -100,6 +100,12 @@ def test_adversarial_members_and_flag_name_the_same_recipe():
     assert alias_recipe("deit_at").adversarial == Adversarial()
     assert alias_recipe("fan_at").epochs == alias_recipe("fan").epochs and alias_recipe("fan_at").adversarial
     assert Adversarial().eps_at(0) == pytest.approx(0.8 / 255) and Adversarial().eps_at(10) == pytest.approx(8 / 255)
+    # the CNN has no plain member: cnn_at is its own family, trained adversarially at its large eps
+    assert trained_alias("cnn_at", True) == trained_alias("cnn_at", False) == "cnn_at"
+    assert base_model("cnn_at") == "cnn_at"
+    assert alias_recipe("cnn_at").adversarial.eps == 6 * Adversarial().eps
+    with pytest.raises(UserError, match="no training recipe for model 'cnn'"):
+        trained_alias("cnn", True)
 
 
 @pytest.mark.parametrize("content, needle", [

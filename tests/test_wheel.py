@@ -67,7 +67,7 @@ def test_wheel_install_runs_the_readme_job(tmp_path: Path) -> None:
         manifest = json.loads(z.read("robustbench_pid/embedded_checkpoints/manifest.json"))
         from robustbench_pid.models.zoo import zoo
 
-        assert len(manifest) == len(zoo.names()) == 15  # every zoo member's digits weights, the trained-to-resist pair too
+        assert len(manifest) == len(zoo.names()) == 16  # every zoo member's digits weights, those trained to resist too
         for entry in manifest.values():
             data = z.read(f"robustbench_pid/embedded_checkpoints/{entry['file']}")
             assert data == (ROOT / "checkpoints" / entry["file"]).read_bytes()

@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_every_alias_has_one_family_and_its_embedded_default_is_what_train_writes() -> None:
     members = [m for ms, _ in FAMILIES.values() for m in ms]
     assert sorted(members) == sorted(set(members)) == sorted(zoo.names()) == list(trainable())
-    assert len(members) == 15  # 13 architectures, and softmax / PID DeiT trained adversarially
+    assert len(members) == 16  # 13 architectures, softmax / PID DeiT trained adversarially, and the CNN (cnn_at)
     for alias in zoo.names():
         assert zoo.get(alias).default_checkpoints["digits"] == f"embedded:{embedded_name(alias)}"
 

@@ -39,8 +39,8 @@ def describe_arch(name: str) -> Dict[str, Any]:
         net = timm.create_model(name, pretrained=False)
     cfg = getattr(net, "pretrained_cfg", {}) or {}
     patch = getattr(getattr(net, "patch_embed", None), "patch_size", None)
-    blocks = getattr(net, "blocks", [])
-    attn = getattr(blocks[0], "attn", None) if len(blocks) else None
+    blocks = getattr(net, "blocks", None)  # None: not a transformer (the CNN), whose depth and heads are '-'
+    attn = getattr(blocks[0], "attn", None) if blocks is not None and len(blocks) else None
     return {
         "arch": name,
         "class": type(net).__name__,
@@ -48,7 +48,7 @@ def describe_arch(name: str) -> Dict[str, Any]:
         "input_size": list(cfg.get("input_size", ())),
         "patch_size": list(patch) if patch is not None else None,
         "embed_dim": getattr(net, "embed_dim", None),
-        "depth": len(blocks),
+        "depth": len(blocks) if blocks is not None else None,
         "num_heads": getattr(attn, "num_heads", None),
         "num_classes": getattr(net, "num_classes", None),
         "params_m": round(sum(p.numel() for p in net.parameters()) / 1e6, 2),
@@ -100,9 +100,13 @@ def _fmt_args(args: Dict[str, Any]) -> str:
 
 def _arch_line(a: Dict[str, Any]) -> List[str]:
     size = "x".join(str(s) for s in a["input_size"][1:]) if a["input_size"] else "?"
-    patch = a["patch_size"][0] if a["patch_size"] else "?"
-    head = (f"  {a['arch']:<32} {a['class']:<22} {size:>7} p{patch:<3} d{a['embed_dim']:<4} "
-            f"L{a['depth']:<3} h{a['num_heads']:<3} {a['num_classes']:>5} cls {a['params_m']:>6.2f}M")
+    patch = a["patch_size"][0] if a["patch_size"] else "-"  # a CNN has no patch, width, blocks or heads
+
+    def v(key: str) -> str:
+        return "-" if a[key] is None else str(a[key])
+
+    head = (f"  {a['arch']:<32} {a['class']:<22} {size:>7} p{patch:<3} d{v('embed_dim'):<4} "
+            f"L{v('depth'):<3} h{v('num_heads'):<3} {a['num_classes']:>5} cls {a['params_m']:>6.2f}M")
     lines = [head]
     if a["arguments"]:
         lines.append(f"      arguments: {_fmt_args(a['arguments'])}")
