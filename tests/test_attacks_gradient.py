@@ -221,3 +221,14 @@ def test_cw_lowers_accuracy_within_l2_budget(pid_model, batch32):
     # a zero budget leaves the images alone
     x0 = make_attack("cw", eps=1e-4, steps=3, search_steps=1)(pid_model, x, y, generator=gen())
     assert torch.equal(x0, x)
+
+
+@pytest.mark.parametrize("name", ["fgsm", "pgd", "apgd_ce", "apgd_ranked", "fab_t", "square", "spsa", "cw"])
+def test_an_empty_batch_comes_back_empty_with_no_passes(name, deit_model, batch32):
+    """A ladder round or a shard can hand an attack no sample; the library attacks indexed the first row (Square
+    crashed in its pass counter's torch.cat of nothing)."""
+    x, y = batch32
+    atk = make_attack(name, eps=4 / 255)
+    out = atk(deit_model, x[:0], y[:0], generator=gen())
+    assert out.shape == (0,) + tuple(x.shape[1:])
+    assert atk.telemetry is None or (atk.telemetry.forward.numel() == 0 and atk.telemetry.backward.numel() == 0)

@@ -150,8 +150,8 @@ class Attack:
         if generator is None:
             generator = torch.Generator().manual_seed(0)  # on CPU: the same draws on every device
         x = x.detach()
-        if self.eps == 0 and self.norm != "none":
-            return x.clone()
+        if (self.eps == 0 and self.norm != "none") or not len(x):
+            return x.clone()  # nothing to move (an empty batch: the library attacks index their first row)
         x_adv = self.perturb(model, x, y.detach(), bounds, generator)
         return x_adv.detach()
 

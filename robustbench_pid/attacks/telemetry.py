@@ -143,6 +143,9 @@ class Counted(torch.nn.Module):
             return None
         with torch.no_grad():
             rows = x.detach().flatten(1).float()
+            if not len(rows):  # an empty batch (a model probed with no rows): nobody's pass
+                dev = self.per_forward.device
+                return torch.zeros(0, dtype=torch.long, device=dev), torch.zeros(0, device=dev)
             parts = [torch.cdist(rows[i:i + 256], self._orig, p=float("inf")).min(1) for i in range(0, len(rows), 256)]
         dev = self.per_forward.device
         return torch.cat([p.indices for p in parts]).to(dev), torch.cat([p.values for p in parts]).to(dev)
