@@ -18,6 +18,7 @@ from PIL import Image
 import robustbench_pid as rbp
 from robustbench_pid.core import robustbench as rb
 from robustbench_pid.core.imagenet_info import wnid_to_index
+from robustbench_pid.data import dataset_info
 from robustbench_pid.errors import UserError
 from robustbench_pid.run.suites import leaderboard_provenance, load_suite
 
@@ -71,7 +72,7 @@ def test_cifar10_pickle_that_would_run_code_is_refused(tmp_path):
     folder = tmp_path / "cifar-10-batches-py"
     folder.mkdir()
     (folder / "test_batch").write_bytes(pickle.dumps({"data": Payload(), "labels": [0]}, protocol=2))
-    with pytest.raises(UserError, match="is not allowed in a CIFAR-10 batch") as exc:
+    with pytest.raises(UserError, match="is not allowed in a CIFAR batch") as exc:
         rbp.load_dataset("cifar10", "test", str(tmp_path))
     assert not marker.exists() and "\n" not in str(exc.value)
 
@@ -146,7 +147,7 @@ def test_cifar10_suite_runs_at_8_255_and_says_why_it_is_not_comparable(tmp_path)
     assert rec.loc[rec["attack"] == "autoattack", "sample_id"].tolist() == [f"test/{i}" for i in range(4)]
     board = json.loads((out / "run.json").read_text())["leaderboard"]
     assert board["comparable"] is False and board["reasons"] == [
-        "4 of the leaderboard's 10,000 images (--limit)", "the CIFAR-10 batches are not the published files (md5)"]
+        "4 of the leaderboard's 10,000 images (--limit)", "the cifar10 files are not the published ones (md5)"]
     with pytest.warns(UserWarning, match="fields the run cannot know"):
         done = rbp.export_robustbench(out, tmp_path / "rb", model_id="Mine2025Digits")
     entry = done.entry
@@ -185,3 +186,61 @@ def test_the_suite_is_refused_where_it_would_measure_something_else(tmp_path):
     bad.write_text('leaderboard = "elsewhere"\n[[attack]]\nname = "autoattack"\n')
     with pytest.raises(UserError, match="'elsewhere' is not a leaderboard this project knows"):
         load_suite(str(bad))
+
+
+def _cifar100_pickles(root: Path, data, labels, key: str = "fine_labels") -> Path:
+    """cifar-100-python/test in the python version's layout ('data', 'fine_labels', 'coarse_labels', 'filenames')."""
+    folder = root / "cifar-100-python"
+    folder.mkdir(parents=True)
+    with open(folder / "test", "wb") as f:
+        pickle.dump({"batch_label": "testing batch 1 of 1", key: labels, "coarse_labels": [v // 5 for v in labels],
+                     "data": data, "filenames": [f"img_{i}.png" for i in range(len(labels))]}, f, protocol=2)
+    return root
+
+
+def test_cifar100_pickles_and_pngs_give_the_same_samples_in_the_published_order(tmp_path):
+    fine = rb.cifar("cifar100")["classes"]
+    assert len(fine) == 100 and fine[0] == "apple" and fine[99] == "worm" and fine == sorted(fine)
+    rng = np.random.default_rng(3)
+    data = rng.integers(0, 256, size=(9, 3072), dtype=np.uint8)
+    labels = [0, 99, 42, 7, 63, 99, 11, 58, 30]  # beyond CIFAR-10's 0..9
+    a = rbp.load_dataset("cifar100", "test", str(_cifar100_pickles(tmp_path / "pk", data, labels)))
+    for i in np.random.default_rng(1).permutation(len(labels)):  # the same images as test/<class>/<name><index>.png
+        path = tmp_path / "png" / "test" / fine[labels[i]] / f"{fine[labels[i]]}_{i:05d}.png"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        Image.fromarray(data[i].reshape(3, 32, 32).transpose(1, 2, 0)).save(path)
+    b = rbp.load_dataset("cifar100", "test", str(tmp_path / "png"))
+    assert a.sample_ids == b.sample_ids == [f"test/{i}" for i in range(9)]
+    for i in range(9):
+        (xa, ya), (xb, yb) = a[i], b[i]
+        assert ya == yb == labels[i] and np.array_equal(xa.numpy(), xb.numpy())
+        assert np.array_equal(np.round(xa.numpy() * 255).astype(np.uint8).reshape(-1), data[i])
+    assert a.provenance["dataset"] == "cifar100" and a.provenance["published_md5"] is False
+    assert dataset_info("cifar100").num_classes == 100 and dataset_info("cifar10").num_classes == 10
+
+
+def test_a_cifar100_file_without_fine_labels_or_with_a_label_past_99_is_refused_in_one_line(tmp_path):
+    data = np.zeros((2, 3072), np.uint8)
+    with pytest.raises(UserError, match="must be the python version's pickled file \\(cifar-100-python/, with "
+                                        "'fine_labels'\\)") as exc:
+        rbp.load_dataset("cifar100", "test", str(_cifar100_pickles(tmp_path / "a", data, [1, 2], key="labels")))
+    assert "\n" not in str(exc.value)
+    with pytest.raises(UserError, match="2 images but 2 labels in 0..99"):
+        rbp.load_dataset("cifar100", "test", str(_cifar100_pickles(tmp_path / "b", data, [1, 100])))
+    with pytest.raises(UserError, match="is no CIFAR-100 class"):
+        (tmp_path / "c" / "test" / "airplane").mkdir(parents=True)
+        rbp.load_dataset("cifar100", "test", str(tmp_path / "c"))
+
+
+def test_the_cifar100_leaderboard_plans_its_10000_test_images_at_8_255_in_a_dry_run_without_the_data():
+    board = rb.leaderboard("cifar100")
+    assert (board["threat_model"], board["eps"], board["n"]) == ("Linf", "8/255", 10000)
+    r = subprocess.run([sys.executable, "-m", "robustbench_pid", "evaluate", "--model", "timm:test_vit", "--dataset",
+                        "cifar100", "--suite", "robustbench", "--dry-run"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    out = r.stdout + r.stderr
+    assert "planned at its published size, 10,000 samples" in out and "on cifar100 (test), 10000 samples" in out
+    units = [line for line in out.splitlines() if " autoattack " in line and " todo " in line]
+    assert units and all(" 8/255 " in u for u in units)
+    spans = [u.split()[5].split(":") for u in units]  # unit, shard, attack, eps, condition, samples a:b
+    assert sum(int(b) - int(a) for a, b in spans) == 10000

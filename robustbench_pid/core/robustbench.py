@@ -36,7 +36,7 @@ def leaderboard(dataset: str) -> Dict[str, Any]:
     boards = {k: v for k, v in facts()["leaderboards"].items() if k != "sources"}
     if dataset not in boards:
         raise UserError(f"RobustBench has no leaderboard this project can run on dataset {dataset!r}; it has "
-                        f"{', '.join(sorted(boards))} (Linf): use --dataset imagenet or cifar10, or run the attacks "
+                        f"{', '.join(sorted(boards))} (Linf): use --dataset imagenet, cifar10 or cifar100, or run the attacks "
                         f"yourself (e.g. --attack autoattack --eps 4/255)")
     return boards[dataset]
 
@@ -66,9 +66,14 @@ def corruption_order() -> List[str]:
     return list(facts()["corruptions"]["order"])
 
 
+def cifar(name: str) -> Dict[str, Any]:
+    """CIFAR-10's or CIFAR-100's files (pickled batches, their label key, md5 of the published files) and class
+    names in label order (``name``: cifar10 | cifar100)."""
+    return facts()[name]
+
+
 def cifar10() -> Dict[str, Any]:
-    """CIFAR-10's files (pickled batches, md5 of the published files) and class names in label order."""
-    return facts()["cifar10"]
+    return cifar("cifar10")
 
 
 def check_value(name: str, value: Any) -> bool:

@@ -18,7 +18,7 @@ import torch
 from ..errors import UserError
 from ..specs import RunSpec
 
-CIFAR10_COUNTS = {"test": 10_000, "train": 50_000}  # the published batches
+CIFAR_COUNTS = {"test": 10_000, "train": 50_000}  # the published files, CIFAR-10 and CIFAR-100 alike
 
 
 class KnownSizeData:
@@ -94,7 +94,7 @@ def known_parts(spec: RunSpec, options: Dict[str, Any]) -> Optional[List[Tuple[s
         from ..core.robustbench import imagenet_subset
 
         return [("", len(imagenet_subset()))]
-    n = CIFAR10_COUNTS.get(spec.split) if name == "cifar10" else PUBLISHED_COUNTS.get(name)
+    n = CIFAR_COUNTS.get(spec.split) if name in ("cifar10", "cifar100") else PUBLISHED_COUNTS.get(name)
     if n is None:
         return None
     return [("", min(subset, n) if subset else n)]

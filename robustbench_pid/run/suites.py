@@ -158,6 +158,6 @@ def leaderboard_provenance(spec: Any, n_samples: int, dataset_prov: Dict[str, An
     if dataset_prov.get("n_unreadable"):
         why.append(f"{dataset_prov['n_unreadable']} unreadable image(s) skipped")
     if dataset_prov.get("published_md5") is False:
-        why.append("the CIFAR-10 batches are not the published files (md5)")
+        why.append(f"the {spec.dataset} files are not the published ones (md5)")
     return {"name": rb.NAME, "source": rb.source(), "threat_model": board["threat_model"], "eps": board["eps"],
             "samples": board["samples"], "n": board["n"], "comparable": not why, "reasons": why}
