@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import List
+from typing import List, Optional
 
 import pandas as pd
 
@@ -41,9 +41,34 @@ def criteria(r) -> List[tuple]:
             ("fwd <= AA/5", r.ladder_fwd <= r.aa_fwd / 5 + 1e-9, f"{r.ladder_fwd / r.aa_fwd:.2f} of AA")]
 
 
-def _checks(r) -> str:
-    return ", ".join(f"{name} {'yes' if ok else f'NO ({miss})' if ok is not None else miss}"
-                     for name, ok, miss in criteria(r))
+def _checks(r, extra: Optional[dict] = None) -> str:
+    """The criteria column; a missed forward-pass criterion also says what the exhaustion rounds cost (``extra``:
+    :func:`continuation`), so a reader sees whether exhaustion is why (issue 56: say so, with the reason)."""
+    out = []
+    for name, ok, miss in criteria(r):
+        if name == "fwd <= AA/5" and ok is False and extra and extra["fwd"] > 0:
+            without = (r.ladder_fwd - extra["fwd"]) / r.aa_fwd
+            miss += (f"; the continuation rounds for searches still closing in spent {extra['fwd']:.1f} of it and "
+                     f"broke {extra['broke']}, {without:.2f} of AA without them")
+        out.append(f"{name} {'yes' if ok else f'NO ({miss})' if ok is not None else miss}")
+    return ", ".join(out)
+
+
+def continuation(out: Path, model: str, eps: str) -> dict:
+    """Forward passes per sample of the cell (all n) spent by continuation rounds (exhaustion: only the families
+    still closing in, on those samples), and the samples they broke; read per work unit from its history."""
+    import json
+
+    from robustbench_pid.results.store import load_records
+
+    rec = load_records(cell_dir(out, model, eps) / "converge")
+    c = rec[rec["attack"] == "converge"]
+    fwd, broke = 0.0, 0
+    for _, g in c.groupby("unit"):
+        cont = [h for h in json.loads(g["converge_history"].iloc[0]) if h.get("kind") == "continue"]
+        fwd += sum(float(g[f"fwd@{h['id']}"].fillna(0).sum()) for h in cont if f"fwd@{h['id']}" in g.columns)
+        broke += sum(int(h["broke"]) for h in cont)
+    return {"fwd": fwd / max(1, len(c)), "broke": broke}
 
 
 def _wall(r) -> str:
@@ -62,7 +87,7 @@ def earlier_ladder(out: Path, model: str, eps: str) -> bool:
     return ladder_design(c["params"].iloc[0]) < DESIGN
 
 
-def _table(bench: pd.DataFrame) -> str:
+def _table(bench: pd.DataFrame, out: Optional[Path] = None) -> str:
     lines = ["| model | eps | n | PGD-20 | converged | status | AutoAttack | reference | ladder fwd / bwd per sample | "
              "AutoAttack fwd / bwd per sample | ladder / AA fwd, bwd | wall ladder / AA | criteria |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -70,7 +95,7 @@ def _table(bench: pd.DataFrame) -> str:
         lines.append(f"| {r.model} | {r.eps} | {r.n} | {r.pgd20:.2f} | {r.converged:.2f} | {r.status} | "
                      f"{r.autoattack:.2f} | {'not run' if pd.isna(r.reference) else f'{r.reference:.2f}'} | {r.ladder_fwd:.0f} / {r.ladder_bwd:.0f} | "
                      f"{r.aa_fwd:.0f} / {r.aa_bwd:.0f} | {r.ladder_fwd / r.aa_fwd:.2f}, {r.ladder_bwd / r.aa_bwd:.2f} | "
-                     f"{_wall(r)} | {_checks(r)} |")
+                     f"{_wall(r)} | {_checks(r, continuation(out, r.model, str(r.eps)) if out else None)} |")
     return "\n".join(lines)
 
 
@@ -96,10 +121,12 @@ def _rungs(out: Path, bench: pd.DataFrame) -> str:
 
 # the grid: the embedded pair at the papers' 1..6/255, and the adversarially trained pair at its training eps (8/255,
 # where it is built to resist: most samples robust, AutoAttack at its most expensive) and twice it (16/255, where
-# PGD-20 leaves about 60%: many samples near the boundary, the stop rule's hardest case), each on all 360 test digits;
+# PGD-20 leaves about 60%: many samples near the boundary, the stop rule's hardest case), and the CNN trained
+# MNIST-style at a large eps (cnn_at) at its training eps (48/255) and 4/3 of it (64/255: PGD-20 leaves about a tenth,
+# APGD-CE less; at 1.5x, 72/255, APGD-CE leaves none and the cell would test nothing), each on all 360 test digits;
 # a cell measured on fewer images so far (AutoAttack on a model that resists it takes CPU hours) says so
 GRID = {"deit": [f"{e}/255" for e in range(1, 7)], "pid_deit": [f"{e}/255" for e in range(1, 7)],
-        "deit_at": ["8/255", "16/255"], "pid_deit_at": ["8/255", "16/255"]}
+        "deit_at": ["8/255", "16/255"], "pid_deit_at": ["8/255", "16/255"], "cnn_at": ["48/255", "64/255"]}
 GRID_IMAGES = 360
 PAIRS = (("deit", "pid_deit", "softmax DeiT", "PID DeiT"),
          ("deit_at", "pid_deit_at", "softmax DeiT (PGD-AT)", "PID DeiT (PGD-AT)"))
@@ -242,7 +269,7 @@ def render(out: Path) -> str:
         f"{DESIGN} (docs/attacks.md, \"Ladder revisions\"): that design's verdict, kept until "
         f"the cell is run again.",
         *_chunking(bench),
-        _table(bench),
+        _table(bench, out),
         "What each rung of the ladder spent and broke (rounds >= 2 attack only the still-robust samples nearest the "
         "boundary; passes are means over all n samples of the cell, so the rungs add up to the ladder's total):",
         _rungs(out, bench),

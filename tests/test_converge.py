@@ -209,8 +209,10 @@ def test_a_round_that_breaks_at_most_the_tolerance_ends_the_ladder_and_every_fam
     lad = climb(_ladder(1000), spec, EPS, run, unstable=False, no_grad=none)
     assert [s[0] for s in seen][:4] == ROUND1
     assert len(seen[1][1]) == 990 and len(seen[2][1]) == 985 and set(seen[1][1]).isdisjoint(range(10))
-    # round 1 broke 15 > 1: round 2 attacks the 20% still-robust samples nearest the boundary, and breaks nothing
-    assert [s[0] for s in seen][4:] == ["apgd-t@2", "apgd-ce@2", "fab-t@2", "square@2"]
+    # round 1 broke 15 > 1: round 2 attacks the 20% still-robust samples nearest the boundary, and breaks nothing;
+    # FAB-T and Square go back only where they were closing in, Square also where the gradients mislead, and to
+    # their own nearest after they broke a sample (none of that here: they reported no margins and broke nothing)
+    assert [s[0] for s in seen][4:] == ["apgd-t@2", "apgd-ce@2"]
     assert len(seen[4][1]) == 197 and lad.status == CONVERGED and "round 2" in lad.detail
 
 
@@ -220,7 +222,7 @@ def test_the_gradient_free_rung_breaking_more_than_the_tolerance_keeps_the_ladde
     none = torch.zeros(200, dtype=torch.bool)
     run, seen = _fake({"apgd-t": 1, "square": 2})
     lad = climb(_ladder(200), spec, EPS, run, unstable=False, no_grad=none)
-    assert [s[0] for s in seen][:8] == ROUND1 + ["apgd-t@2", "apgd-ce@2", "fab-t@2", "square@2"]
+    assert [s[0] for s in seen][:7] == ROUND1 + ["apgd-t@2", "apgd-ce@2", "square@2"]  # FAB-T broke nothing
     assert lad.status == CONVERGED and int((~lad.robust).sum()) == 3
 
 
@@ -255,7 +257,11 @@ def test_each_family_goes_back_to_the_samples_its_own_evidence_puts_nearest_and_
     misled = {i for i in range(5, n) if free[i] >= grad[i]}
     assert {40, 50} <= misled and not (misled & set(range(5, 40)))
     by_square = set(torch.argsort(free[5:], descending=True, stable=True)[:19].add(5).tolist())
-    assert set(scope["square@2"]) == by_square | misled
+    assert set(scope["square@2"]) == misled  # Square broke nothing in round 1: not its own nearest (design 6)
+    run, seen = _fake({"apgd-t": 5, "square": 1}, grad, free)  # it broke the first sample it attacked, 5
+    lad = climb(_ladder(n), spec, EPS, run, unstable=False, no_grad=torch.zeros(n, dtype=torch.bool))
+    by_square = set(torch.argsort(free[6:], descending=True, stable=True)[:19].add(6).tolist())
+    assert set(dict(seen)["square@2"]) == by_square | misled
     assert bool(lad.misled()[40]) and not bool(lad.misled()[6])
 
 
@@ -298,10 +304,12 @@ def test_square_grows_into_round_two_and_later_only_after_a_round_in_which_it_br
 
     gradient_only = queries({"apgd-t": 50, "apgd-t@2": 20})
     assert gradient_only == ["Square-500", "Square-1000", "Square-1000"], gradient_only
-    assert queries({"apgd-t": 50, "apgd-t@2": 20, "square@2": 1}) == ["Square-500", "Square-1000", "Square-2000"]
+    # (design 6: Square's later rounds take its own nearest only after it broke a sample, here in round 1)
+    assert queries({"apgd-t": 50, "square": 1, "apgd-t@2": 20, "square@2": 1}) == ["Square-500", "Square-1000",
+                                                                                   "Square-2000"]
     assert queries({"apgd-t": 50, "square": 5, "apgd-t@2": 20}) == ["Square-500", "Square-1000", "Square-1000"]
     stronger = LadderSpec.from_options({"square_growth": 4})
-    run, _ = _fake({"apgd-t": 50, "apgd-t@2": 20, "square@2": 3})
+    run, _ = _fake({"apgd-t": 50, "square": 1, "apgd-t@2": 20, "square@2": 3})
     lad = climb(_ladder(1000), stronger, EPS, run, unstable=False, no_grad=torch.zeros(1000, dtype=torch.bool))
     # design 5: never past Square's cap per sample, AutoAttack's 5,000 queries (the fake runner charged 1 + 1 before)
     assert [h["settings"].split(" (")[0] for h in lad.history
@@ -984,3 +992,129 @@ def test_a_restart_that_only_walks_back_to_where_the_family_had_been_is_no_progr
     # the first run had nothing before it: its own gain counts, so every sample gets one more run, and only one
     assert [rid for rid, _ in seen if "@" in rid] == ["square@2"] and dict(seen)["square@2"] == list(range(n))
     assert lad.status == CONVERGED and not bool(lad.closing["free"].any())
+
+
+def test_the_deep_apgd_t_runs_follow_the_class_order_the_sweep_measured():
+    """deit 5/255 (design 5): the 12-iteration sweep brought sample 788 to a margin of 0.10 on a class its linearised
+    ranking put 4th; the deep run attacked ranks 1-3 and stalled at 1.55, and AutoAttack broke it on that class.
+    The deep runs now attack the classes in the order of what the sweep reached on each."""
+    n, k = 12, 9
+    classes = torch.arange(1, k + 1).repeat(n, 1)  # the sweep attacked classes 1..9 in this order
+    reach = torch.full((n, k), -2.0)
+    reach[:, 5] = -0.01  # ... and came nearest on class 6, ranked 6th
+    reach[:, 7] = -0.5  # then class 8
+    seen = {}
+
+    def run(rung: Rung, idx: torch.Tensor):
+        seen[rung.id] = rung.order
+        still = torch.ones(len(idx), dtype=torch.bool)
+        if rung.id == "apgd-t":
+            still[:2] = False  # round 1 breaks 2 > tolerance 1: round 2 runs
+            return RungResult(still, torch.ones(len(idx)), torch.ones(len(idx)), target_order=classes[idx],
+                              target_reach=reach[idx])
+        return RungResult(still, torch.ones(len(idx)), torch.ones(len(idx)))
+
+    spec = LadderSpec.from_options({"near_min": 1})
+    lad = climb(_ladder(n), spec, EPS, run, unstable=False, no_grad=torch.zeros(n, dtype=torch.bool))
+    assert seen["apgd-t"] is None  # round 1 ranks the classes itself
+    order = seen["apgd-t@2"]
+    assert order is not None and order.shape[1] == k
+    assert order[:, :2].tolist() == [[6, 8]] * len(order)  # nearest as measured first, the rest in the sweep's order
+    assert order[0, 2:].tolist() == [1, 2, 3, 4, 5, 7, 9]
+    assert "ranked by round 1's sweep" in [h for h in lad.history if h["id"] == "apgd-t@2"][0]["settings"]
+
+
+def test_the_apgd_t_rung_attacks_the_classes_in_a_given_order_and_reports_what_it_reached(deit_model):
+    from robustbench_pid.attacks import make_attack
+
+    ds = rbp.load_dataset("digits", split="test")
+    x = torch.stack([ds[i][0] for i in range(6)])
+    y = torch.tensor([ds[i][1] for i in range(6)])
+    atk = make_attack("apgd_ranked", eps=2 / 255, steps=5, targets=2, first=1, pool=9)
+    order = torch.stack([torch.tensor([c for c in range(10) if c != int(t)]) for t in y]).flip(1)
+    atk.order = order
+    atk(deit_model, x, y, generator=torch.Generator().manual_seed(0))
+    assert torch.equal(atk.stats["target_order"], order)
+    reach = atk.stats["target_reach"]
+    assert bool(torch.isfinite(reach[:, 0]).all()) and bool(torch.isinf(reach[:, 2:]).all())  # 2 targets attacked
+    assert atk.params() == make_attack("apgd_ranked", eps=2 / 255, steps=5, targets=2, first=1, pool=9).params()
+    atk.order = order[:3]
+    with pytest.raises(ValueError, match="order must be"):
+        atk(deit_model, x, y, generator=torch.Generator().manual_seed(0))
+
+
+def test_later_rounds_rank_samples_by_the_verdict_margin_any_family_left_as_a_share_of_the_clean_margin():
+    """cnn_at 48/255 (design 5): APGD-CE brought sample 1415 to a margin of 0.005 (clean 3.4), but the near set was
+    ranked by APGD-T's DLR loss alone, so the deep APGD-T runs never had it, and AutoAttack broke it."""
+    n = 10
+    lad = _ladder(n)
+    lad.clean_margin = torch.full((n,), 4.0)
+    lad.clean_margin[7] = 3.4
+    lad.margin["gradient"] = torch.linspace(3.0, 1.0, n)
+    lad.margin["gradient"][7] = 0.005
+    lad.nearness["gradient"] = torch.linspace(-0.9, -0.1, n)  # APGD-T's own ranking: sample 9 nearest, 7 not
+    lad.nearness["gradient"][7] = -0.95
+    near = lad.near(0.1, 1, "gradient")
+    assert near.nonzero().squeeze(1).tolist() == [7]
+    # without verdict margins (an attack that reports none), the DLR nearness as before
+    lad.margin["gradient"] = torch.full((n,), float("inf"))
+    assert lad.near(0.1, 1, "gradient").nonzero().squeeze(1).tolist() == [9]
+
+
+def test_a_deep_apgd_t_run_still_closing_in_gets_a_fresh_start_on_the_classes_it_came_nearest_on():
+    """cnn_at 48/255: a deep run brought two samples to margins of 0.005 and 0.009 on their nearest class and the
+    next round attacked ranks 4-6 instead; AutoAttack broke both on the nearest. The family still closing in
+    continues on the classes it came nearest on; the others go on to the next ranks."""
+    n, k = 12, 9
+    classes = torch.arange(1, k + 1).repeat(n, 1)
+    sweep = torch.full((n, k), -2.0)
+    sweep[:, 5], sweep[:, 7] = -0.01, -0.5  # measured order: 6, 8, 1, 2, 3, 4, 5, 7, 9
+    seen = {}
+    inf = torch.tensor(float("inf"))
+
+    def run(rung: Rung, idx: torch.Tensor):
+        seen[rung.id] = (idx.tolist(), rung.order)
+        m = len(idx)
+        still = torch.ones(m, dtype=torch.bool)
+        if rung.id in ("apgd-t", "apgd-t@2"):
+            still[-2:] = False  # each breaks 2 > tolerance 1: rounds 2 and 3 run
+        if rung.id == "apgd-t":
+            return RungResult(still, torch.ones(m), torch.ones(m), margin_best=torch.ones(m), margin_half=torch.ones(m),
+                              target_order=classes[idx], target_reach=sweep[idx])
+        if rung.id == "apgd-t@2":
+            best, half = torch.full((m,), 0.9), torch.full((m,), 0.9)
+            best[0], half[0] = 0.05, 0.5  # the first sample: 0.45 gained in the last half, 0.05 left: closing in
+            reach = torch.full((m, k), float("-inf"))
+            reach[:, :3] = -0.3
+            reach[0, 1] = -0.001  # ... on class 8, its order's 2nd
+            return RungResult(still, torch.ones(m), torch.ones(m), margin_best=best, margin_half=half,
+                              target_order=rung.order, target_reach=reach)
+        return RungResult(still, torch.ones(m), torch.ones(m), margin_best=inf.repeat(m), margin_half=inf.repeat(m))
+
+    spec = LadderSpec.from_options({"near_min": 1, "near_share": 1.0})
+    climb(_ladder(n), spec, EPS, run, unstable=False, no_grad=torch.zeros(n, dtype=torch.bool))
+    ids3, order3 = seen["apgd-t@3"]
+    first = seen["apgd-t@2"][0][0]
+    row = dict(zip(ids3, order3.tolist()))
+    assert row[first][3:6] == [8, 6, 1]  # round 3 attacks ranks 4-6: for the closing sample, its nearest classes
+    others = [i for i in ids3 if i != first]
+    assert others and all(row[i][3:6] == [2, 3, 4] for i in others)  # the rest: the next measured ranks
+    assert sorted(row[first]) == list(range(1, k + 1))  # every class once
+
+
+def test_a_gradient_search_stalled_at_the_boundarys_edge_goes_on_until_the_targeted_cap_and_no_further():
+    n = 4
+    lad = _ladder(n)
+    lad.clean_margin = torch.full((n,), 4.0)
+    lad.margin["gradient"] = torch.tensor([0.005, 0.39, 0.41, 2.0])  # 0.1%, 9.75%, 10.25%, 50% of the clean margin
+    spec = LadderSpec()
+    assert lad.near_miss(spec).tolist() == [True, True, False, False]
+    assert lad.closing_in(spec)["targeted"].tolist() == [True, True, False, False]
+    assert not lad.closing_in(spec)["ce"].any()  # the targeted family goes on; the others by their own progress
+    lad.spent["targeted"][0] = spec.cap_targeted  # AutoAttack's APGD-T budget spent on the first: a stall, counted
+    assert lad.closing_in(spec)["targeted"].tolist() == [False, True, False, False]
+    assert not lad.closing_in(spec, under_cap=False)["targeted"].any()
+    assert LadderSpec.from_options({"near_miss": 0}).near_miss == 0.0
+    assert "near_miss 0.01 < 0.1" in LadderSpec.from_options({"near_miss": 0.01}).reductions()
+    with pytest.raises(UserError, match="near_miss"):
+        LadderSpec.from_options({"near_miss": -1})

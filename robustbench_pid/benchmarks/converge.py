@@ -312,7 +312,8 @@ class Converge(Benchmark):
 def evidence_columns(ladder: Ladder, spec: LadderSpec, unstable: bool, random_grads: bool) -> Dict[str, Column]:
     """The stop rule's per-sample evidence for the records: the lowest verdict margin the gradient rungs and the
     random search reached (and the clean one), whether the gradients were untrusted there, whether some family was
-    still closing in when the ladder stopped, and which family last gained and by how much (design 5)."""
+    still closing in when the ladder stopped (a near miss with budget left counts), whether a gradient search stalled
+    at the boundary's edge (``converge_near_miss``, design 6), and which family last gained and by how much."""
     closing = torch.zeros_like(ladder.robust)
     for fam, m in ladder.closing_in(spec).items():
         closing |= m
@@ -322,7 +323,8 @@ def evidence_columns(ladder: Ladder, spec: LadderSpec, unstable: bool, random_gr
     full = [int(h.get("round", 1)) for h in ladder.history if h.get("kind") == "full"]
     return {"margin_clean": ladder.clean_margin.numpy(), "margin_gradient": ladder.margin["gradient"].numpy(),
             "margin_free": ladder.margin["free"].numpy(), "converge_untrusted": untrusted,
-            "converge_closing": closing, "converge_grad_misleads": ladder.misleading.clone(), "converge_gain_family": list(ladder.last_gain_family),
+            "converge_closing": closing, "converge_near_miss": ladder.near_miss(spec),
+            "converge_grad_misleads": ladder.misleading.clone(), "converge_gain_family": list(ladder.last_gain_family),
             "converge_gain": ladder.last_gain.numpy(),
             **{f"spent@{fam}": ladder.spent[fam].numpy() for fam in FAMILIES},
             "converge_random_gradients": bool(random_grads), "converge_full_round": max(full) if full else 0}

@@ -14,12 +14,15 @@ pyautoattack's ``APGDAttack_targeted`` (the authors' code: the targeted DLR loss
 and checkpoints), only on the samples no earlier target broke. ``stats["best_loss"]`` keeps, per sample, the
 untargeted DLR loss (scale-free; > 0 once broken) at the best point of its best target: how near the boundary it
 came, on the scale Square's nearness uses (one forward pass per sample and target), so a convergence ladder can
-compare the two families' evidence.
+compare the two families' evidence, and ``stats["target_order"]`` / ``stats["target_reach"]`` keep the classes in the
+order attacked and that nearness per class (-inf: not attacked), so a ladder can give its deep runs the classes a
+short sweep actually came nearest on. ``order`` (set on the object, not a setting) replaces the ranking with one
+given per sample: the classes the caller measured nearest first (no ranking passes are spent then).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Tuple
+from dataclasses import dataclass, field
+from typing import Optional, Tuple
 
 import torch
 
@@ -60,6 +63,9 @@ class APGDRanked(Attack):
     first: int = 1  # 1-based rank of the first target attacked
     pool: int = 9  # candidate classes scored (the highest logits besides the true one)
     rho: float = 0.75
+    # per sample of the next call, candidate classes in the order to attack (a ladder's measured ranking); not a
+    # setting: it never enters the attack's settings, keys or description
+    order: Optional[torch.Tensor] = field(default=None, init=False, repr=False, compare=False)
 
     label = "APGD-T (ranked targets)"
 
@@ -90,6 +96,9 @@ class APGDRanked(Attack):
         need_classes(self, model, x, 4, "'apgd_ranked'")
         first, targets, pool = self.first, self.targets, self.pool
         best = torch.full((len(x),), float("-inf"), device=x.device)
+        given = self.order
+        if given is not None and (given.dim() != 2 or len(given) != len(x)):
+            raise ValueError(f"apgd_ranked: order must be (n, k) for the {len(x)} samples, got {tuple(given.shape)}")
 
         def build(net: torch.nn.Module, eps: float, seed: int) -> APGDAttack_targeted:
             return APGDAttack_targeted(net, n_iter=self.steps, norm="Linf", n_restarts=1, eps=eps, seed=seed,
@@ -101,7 +110,8 @@ class APGDRanked(Attack):
             adv = u.clone()
             with torch.no_grad():
                 robust = obj.model(u).argmax(1) == yy
-            order = rank_targets(obj.model, u, yy, pool)
+            order = given.to(u.device) if given is not None else rank_targets(obj.model, u, yy, pool)
+            reach = torch.full(order.shape, float("-inf"), device=u.device)
             torch.random.manual_seed(obj.seed)
             for k in range(first - 1, min(first - 1 + targets, order.shape[1])):
                 idx = robust.nonzero().squeeze(1)
@@ -112,9 +122,11 @@ class APGDRanked(Attack):
                 with torch.no_grad():
                     near = dlr_losses(obj.model(x_best), yy[idx])
                 best[idx] = torch.maximum(best[idx], near.detach().float().reshape(-1))
+                reach[idx, k] = near.detach().float().reshape(-1)
                 hit = (acc.reshape(-1) == 0).nonzero().squeeze(1)
                 robust[idx[hit]] = False
                 adv[idx[hit]] = adv_k[hit]
+            self.stats["target_order"], self.stats["target_reach"] = order, reach
             return adv
 
         x_adv = run_library(self, model, x, y, bounds, generator, build, call)

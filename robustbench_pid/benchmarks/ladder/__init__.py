@@ -25,12 +25,14 @@ Rounds (``planned_round``), each rung on the samples still robust after the rung
   fresh start and a larger budget (``targets`` ranked classes at the full ``steps`` each, the next ones in
   each later round; the next FAB target; Square with ``square_growth`` times the queries into round 2, and
   in a later round only after a round in which Square broke a sample, else the same queries with fresh
-  draws: a larger search budget is spent only where the search still breaks samples) on the still-robust samples
-  nearest the boundary: the ``near_share`` with the highest scale-free DLR margin reached so far (A^3's
-  observation that the samples a stronger attack still breaks are those a weaker one brought closest). Each
-  family is judged by its own kind of evidence: Square's later runs go to the samples Square itself came
-  closest on, the gradient families' to those APGD-T came closest on, because a model can fool the gradient
-  attacks, whose margins then say nothing about where a gradient-free search will break it. Square's later
+  draws: a larger search budget is spent only where the search still breaks samples). APGD-T and APGD-CE go to
+  the still-robust samples nearest the boundary: the ``near_share`` with the least of their clean verdict margin
+  left by any gradient family (A^3's observation that the samples a stronger attack still breaks are those a
+  weaker one brought closest). The search families (FAB-T, Square) go back only where they were still closing in
+  (exhaustion, below), and to their own nearest only after a round in which they broke a sample (design 6: on the
+  grid neither broke a sample after round 1, and their runs on the nearest were most of the forward passes on the
+  adversarially trained CNN). Each family is judged by its own kind of evidence, because a model can fool the
+  gradient attacks, whose margins then say nothing about where a gradient-free search will break it. Square's later
   runs also take every sample on which its short round-1 search came at least as near the boundary as the
   gradient families (``Ladder.misled``): on a healthy model 100 gradient iterations get much nearer than 500
   random queries, so such a sample is one whose gradients mislead, and there the gradient-free search is the
@@ -62,6 +64,15 @@ gradient families' failure is no evidence; on more than the tolerance of the sam
 ``upper bound: gradients mislead``, whatever the search found (a finite random search proves no sample robust).
 Not applied to a randomised forward pass: there a margin and a verdict are one random draw, the EOT rungs run and
 the status is ``not converged: outputs are random`` (a random quantity has no converged value). Gradients that differ between two backward passes at one input are random: the EOT rungs run.
+
+Measured targets and near misses (design 6): the deep APGD-T runs attack the classes in the order of how near round
+1's sweep came on each (the measured distance; the linearised ranking only estimated it: on deit 5/255 the sweep
+came to a margin of 0.10 on a class ranked 4th, the deep run attacked ranks 1-3, and AutoAttack broke the sample on
+that class); a sample the targeted family is still closing in on gets a fresh start on the classes it came nearest
+on, not the next ranks; the nearest samples are those with the least of their clean verdict margin left by any
+gradient family (design 5 ranked by APGD-T's DLR loss alone, so a sample APGD-CE had brought to 0.005 never had a
+deep run); and a gradient search that stalled with at most ``near_miss`` (10%) of the clean margin left has not
+shown the sample robust (another start lands on either side), so the targeted family goes on there until its cap.
 
 Stop rule: a full round in which every family had its turn and which broke at most ``tolerance(n)`` =
 max(tol_min, floor(tol_share * n)) samples, with every family stalled on every sample left robust (all but the

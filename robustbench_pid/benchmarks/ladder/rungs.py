@@ -6,7 +6,7 @@ how near each sample's search came to the boundary and how much of that its last
 exhaustion evidence of the stop rule, ``stop.py``)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional
 
 import torch
@@ -29,6 +29,8 @@ class Rung:
     family: str = ""  # one of FAMILIES, or "" for the evidence-driven rungs (EOT, SPSA)
     round: int = 1
     scope: str = "robust"  # robust | near | no-gradient
+    # APGD-T's deep runs: per attacked sample, its candidate classes nearest first as round 1's sweep measured them
+    order: Optional[torch.Tensor] = field(default=None, repr=False, compare=False)
 
     @property
     def near_by(self) -> str:
@@ -37,7 +39,8 @@ class Rung:
         return "free" if self.family == "free" else "gradient"
 
     def describe(self) -> str:
-        return make_attack(self.attack, **self.params).describe()
+        text = make_attack(self.attack, **self.params).describe()
+        return text if self.order is None else text.replace("ranked by boundary distance", "ranked by round 1's sweep")
 
 
 def planned_round(spec: LadderSpec, eps: float, r: int, unstable: bool, no_grad: bool,
@@ -88,6 +91,8 @@ class RungResult:
     nearness: Optional[torch.Tensor] = None
     margin_best: Optional[torch.Tensor] = None
     margin_half: Optional[torch.Tensor] = None
+    target_order: Optional[torch.Tensor] = None  # APGD-T: (n, k) classes in the order attacked ...
+    target_reach: Optional[torch.Tensor] = None  # ... and the nearness its run on each reached (-inf: not attacked)
 
 
 
@@ -116,9 +121,11 @@ def run_rung(rung: Rung, model: torch.nn.Module, verdict_model: torch.nn.Module,
     (the progress line)."""
     check = check or finite_or_stop(rung)
     attack = make_attack(rung.attack, **rung.params)
-    still, fwd, bwd, adv, near, best_m, half_m = [], [], [], [], [], [], []
+    still, fwd, bwd, adv, near, best_m, half_m, orders, reach = [], [], [], [], [], [], [], [], []
     for s in range(0, len(x), max(1, batch_size)):
         xb, yb = x[s:s + batch_size], y[s:s + batch_size]
+        if rung.order is not None:
+            attack.order = rung.order[s:s + batch_size]
         x_adv = attack(model, xb, yb, bounds=(0.0, 1.0), generator=generator, trace=trace)
         check(x_adv, "attack")
         with torch.no_grad():
@@ -136,8 +143,13 @@ def run_rung(rung: Rung, model: torch.nn.Module, verdict_model: torch.nn.Module,
         inf = torch.full((len(xb),), float("inf"), device=xb.device)
         best_m.append(stats.get("margin_best", inf).to(xb.device))
         half_m.append(stats.get("margin_half", inf).to(xb.device))
+        if "target_order" in stats:
+            orders.append(stats["target_order"].cpu())
+            reach.append(stats["target_reach"].cpu())
         if report is not None:
             report(min(s + batch_size, len(x)), len(x), int(sum(int((~t).sum()) for t in still)),
                    float(fwd[-1].sum()), float(bwd[-1].sum()))
+    same = len(orders) == len(still) and len({o.shape[1] for o in orders}) == 1
     return RungResult(torch.cat(still), torch.cat(fwd), torch.cat(bwd), torch.cat(adv), torch.cat(near),
-                      torch.cat(best_m), torch.cat(half_m))
+                      torch.cat(best_m), torch.cat(half_m), torch.cat(orders) if same else None,
+                      torch.cat(reach) if same else None)

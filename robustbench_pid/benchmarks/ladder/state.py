@@ -39,6 +39,10 @@ class Ladder:
     family_margin: Dict[str, torch.Tensor] = field(default_factory=dict)  # per family: its lowest margin per sample
     last_gain_family: List[str] = field(default_factory=list)  # per sample: the family that last gained ...
     last_gain: Optional[torch.Tensor] = None  # ... and how much margin its run's last half gained
+    # per sample: the candidate classes nearest first by what round 1's APGD-T sweep reached on each (-1: none yet);
+    # the deep rounds attack them in this order (the measured distance, which the linearised ranking only estimates)
+    target_order: Optional[torch.Tensor] = None
+    target_reach: Optional[torch.Tensor] = None  # per sample and class of that order: the nearness any run reached
     lookahead: float = LadderSpec.lookahead  # the stop rule's (``climb`` sets the spec's)
     status: str = ""
     detail: str = ""
@@ -81,6 +85,10 @@ class Ladder:
             t = self.nearness[rung.near_by]
             t[idx] = torch.maximum(t[idx], res.nearness.detach().float().cpu())
         self._progress(rung, idx, res)
+        if rung.family == "targeted" and rung.round == 1 and res.target_order is not None and len(idx):
+            self._measured_order(idx, res.target_order, res.target_reach)
+        elif rung.family == "targeted" and res.target_order is not None and len(idx):
+            self._deep_reach(idx, res.target_order, res.target_reach)
         self.history.append({"id": rung.id, "attacked": int(len(idx)), "broke": int(len(broke)),
                              "full": rung.scope == "robust", "label": rung.attack, "round": rung.round,
                              "family": rung.family, "scope": rung.scope, "settings": rung.describe()})
@@ -117,14 +125,69 @@ class Ladder:
             if float(gain[j]) > 0:
                 self.last_gain_family[i], self.last_gain[i] = rung.family, float(gain[j])
 
+    def _measured_order(self, idx: torch.Tensor, order: torch.Tensor, reach: torch.Tensor) -> None:
+        """Keep, per sample the sweep attacked, its classes sorted by the nearness the sweep reached on each
+        (nearest first; ties and classes it did not attack keep the sweep's own order), and that nearness."""
+        k = order.shape[1]
+        if self.target_order is None or self.target_order.shape[1] != k:
+            self.target_order = torch.full((len(self.robust), k), -1, dtype=torch.long)
+            self.target_reach = torch.full((len(self.robust), k), float("-inf"))
+        rank = torch.sort(reach.float(), dim=1, descending=True, stable=True).indices
+        self.target_order[idx] = order.long().gather(1, rank)
+        self.target_reach[idx] = reach.float().gather(1, rank)
+
+    def _deep_reach(self, idx: torch.Tensor, order: torch.Tensor, reach: torch.Tensor) -> None:
+        """Fold a deep run's nearness per class into the table kept in the sweep's order."""
+        if self.target_order is None or order.shape[1] != self.target_order.shape[1]:
+            return
+        same = self.target_order[idx][:, :, None] == order.long()[:, None, :]  # (n, k, k): column j holds class c
+        got = torch.where(same, reach.float()[:, None, :], torch.full_like(same, float("-inf"), dtype=torch.float))
+        self.target_reach[idx] = torch.maximum(self.target_reach[idx], got.amax(2))
+
+    def measured_order(self, idx: torch.Tensor, closing: Optional[torch.Tensor] = None, first: int = 1,
+                       targets: int = 1) -> Optional[torch.Tensor]:
+        """The class order for a deep APGD-T run on samples ``idx`` that attacks positions ``first`` ..
+        ``first + targets - 1``: the sweep's measured order (the next ranks each round), except that a sample the
+        family was still closing in on (``closing``) gets, at those positions, the classes it came nearest on so far
+        (a fresh start where the search was closing in, not the next ranks). None where any sample has no measured
+        order (the attack then ranks them itself)."""
+        if self.target_order is None or not len(idx):
+            return None
+        cpu = idx.cpu()
+        rows = self.target_order[cpu].clone()
+        if not bool((rows >= 0).all()):
+            return None
+        if closing is not None:
+            k = rows.shape[1]
+            lo, hi = max(0, first - 1), min(k, first - 1 + targets)
+            for j in closing[cpu].nonzero().squeeze(1).tolist():
+                best = self.target_order[int(cpu[j])][torch.sort(self.target_reach[int(cpu[j])], descending=True,
+                                                                 stable=True).indices]
+                head, rest = best[:hi - lo], best[hi - lo:]
+                rows[j] = torch.cat([rest[:lo], head, rest[lo:]])
+        return rows
+
     def closing_in(self, spec: LadderSpec, under_cap: bool = True) -> Dict[str, torch.Tensor]:
-        """Per family, the still-robust samples it was still closing in on, with budget left under its cap
-        (``under_cap=False``: those whose cap is spent)."""
+        """Per family, the still-robust samples it was still closing in on, with budget left under its cap, and for
+        the targeted family its near misses (:meth:`near_miss`) (``under_cap=False``: those still closing in whose
+        cap is spent)."""
         out = {}
         for fam in FAMILIES:
             left = self.spent[fam] < spec.cap(fam)
-            out[fam] = self.robust & self.closing[fam] & (left if under_cap else ~left)
+            going = self.closing[fam] | (self.near_miss(spec) if fam == "targeted" and under_cap else False)
+            out[fam] = self.robust & going & (left if under_cap else ~left)
         return out
+
+    def near_miss(self, spec: LadderSpec) -> torch.Tensor:
+        """Mask of the still-robust samples on which a gradient search stalled at the boundary's edge: at most
+        ``spec.near_miss`` of the clean verdict margin left. A stall there is no evidence (another start lands on
+        either side: cnn_at 48/255, a deep APGD-T run stopped at 0.005 of a clean 3.8 and AutoAttack's next start
+        crossed), so the targeted family goes on there, on the classes it came nearest on, until its cap; at the cap
+        the stall counts as the family's (AutoAttack's budget was spent), unlike a search still gaining."""
+        if self.clean_margin is None:
+            return torch.zeros_like(self.robust)
+        m = self.margin["gradient"]
+        return self.robust & torch.isfinite(m) & (m <= spec.near_miss * self.clean_margin.float())
 
     def untrusted(self) -> torch.Tensor:
         """Mask of the still-robust samples on which the gradient families' failure is no evidence: a step along the
@@ -139,6 +202,15 @@ class Ladder:
             worse |= torch.isfinite(grad) & (grad >= c - 1e-6 * c.abs().clamp(min=1.0))
         return self.robust & worse
 
+    def _left(self, by: str) -> torch.Tensor:
+        """Per sample, minus the share of its clean verdict margin that ``by``'s searches left (higher = nearer;
+        -inf without a margin or a clean margin)."""
+        m = self.margin[by]
+        if self.clean_margin is None:
+            return torch.full_like(m, float("-inf"))
+        left = -m / self.clean_margin.float().clamp(min=1e-12)
+        return torch.where(torch.isfinite(left), left, torch.full_like(left, float("-inf")))
+
     def misled(self) -> torch.Tensor:
         """Mask of the still-robust samples on which Square came at least as near the boundary as the gradient
         families (the same scale-free DLR margin): a short random search matching 100-iteration gradient attacks
@@ -148,11 +220,16 @@ class Ladder:
 
     def near(self, share: float, least: int, by: str = "gradient") -> torch.Tensor:
         """Mask of the still-robust samples nearest the boundary by ``by``'s evidence: the ``share`` (at least
-        ``least``) with the highest nearness; ties and samples without a nearness keep sample order. Where that kind
-        has no evidence on any still-robust sample, the other kind's."""
+        ``least``) with the lowest verdict margin left, as a share of the sample's clean margin (every family of that
+        kind counts: APGD-CE may come nearer than APGD-T; design 5 ranked by APGD-T's DLR loss alone and never gave
+        the deep APGD-T runs a sample APGD-CE had brought to 0.005 of a clean 3.4); ties and samples without one keep
+        sample order. Without verdict margins (an attack that does not report them), the highest nearness (the
+        scale-free DLR loss); where that kind has no evidence on any still-robust sample, the other kind's."""
         rob = self.robust.nonzero().squeeze(1)
         k = min(len(rob), max(int(least), math.ceil(share * len(rob))))
-        score = self.nearness[by][rob]
+        score = self._left(by)[rob]
+        if len(rob) and not bool(torch.isfinite(score).any()):
+            score = self.nearness[by][rob]
         if len(rob) and not bool(torch.isfinite(score).any()):
             score = self.nearness["free" if by == "gradient" else "gradient"][rob]
         order = torch.sort(score, descending=True, stable=True).indices

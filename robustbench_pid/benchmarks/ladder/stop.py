@@ -2,7 +2,7 @@
 docstring says why each rule exists; docs/attacks.md, "The stop rule", says it for readers)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Dict, List, Optional, Tuple
 
 import torch
@@ -41,7 +41,7 @@ def climb(ladder: Ladder, spec: LadderSpec, eps: float, run: RunAttack, *, unsta
     no_grad = no_grad.cpu()
     gradients_missing = int((no_grad & ladder.robust).sum()) > tol
     rounds: List[Round] = []
-    queries, square_broke = spec.square_queries, False
+    queries, broke_by = spec.square_queries, {fam: False for fam in FAMILIES}
     for r in range(1, spec.rounds + spec.continue_rounds + 1):
         if not ladder.robust.any():
             break
@@ -56,13 +56,13 @@ def climb(ladder: Ladder, spec: LadderSpec, eps: float, run: RunAttack, *, unsta
             kind = "continue"  # the near sets broke (almost) nothing; some family was still closing in on a sample
         else:
             break
-        if r == 2 or (r > 2 and (square_broke or bool(closing["free"].any()))):
+        if r == 2 or (r > 2 and (broke_by["free"] or bool(closing["free"].any()))):
             queries *= spec.square_growth  # more search only where the search still breaks or closes in
-        scopes = _scopes(ladder, spec, r, kind, closing)
+        scopes = _scopes(ladder, spec, r, kind, closing, broke_by)
         square_queries = _capped_queries(ladder, spec, queries, scopes["free"])
         if on_round is not None:
             on_round(r, kind, scopes, square_queries)
-        broke_round, families, square_broke = 0, set(), False
+        broke_round, families, broke_by = 0, set(), {fam: False for fam in FAMILIES}
         first = len(ladder.history)
         for rung in planned_round(spec, eps, r, unstable or random_gradients, bool((no_grad & ladder.robust).any()),
                                   square_queries):
@@ -72,6 +72,9 @@ def climb(ladder: Ladder, spec: LadderSpec, eps: float, run: RunAttack, *, unsta
             if kind == "continue" and not len(idx):
                 continue  # a continuation round runs only the families still closing in on some sample
             if len(idx):
+                if rung.family == "targeted" and r > 1:  # the deep runs follow the sweep's measured class order
+                    rung = replace(rung, order=ladder.measured_order(idx, closing["targeted"], rung.params["first"],
+                                                                     rung.params["targets"]))
                 res = run(rung, idx)
                 ladder.charge(rung.id, idx, res.forward, res.backward)
                 broke = ladder.record(rung, idx, res)
@@ -79,7 +82,8 @@ def climb(ladder: Ladder, spec: LadderSpec, eps: float, run: RunAttack, *, unsta
                 broke = ladder.record(rung, idx, RungResult(torch.ones(0, dtype=torch.bool), torch.zeros(0),
                                                             torch.zeros(0)))
             broke_round += broke
-            square_broke |= rung.family == "free" and broke > 0
+            if rung.family:
+                broke_by[rung.family] |= broke > 0
             if rung.family:
                 families.add(rung.family)
         for h in ladder.history[first:]:
@@ -90,11 +94,15 @@ def climb(ladder: Ladder, spec: LadderSpec, eps: float, run: RunAttack, *, unsta
     return ladder
 
 
-def _scopes(ladder: Ladder, spec: LadderSpec, r: int, kind: str, closing: Dict[str, torch.Tensor]
-            ) -> Dict[str, torch.Tensor]:
+def _scopes(ladder: Ladder, spec: LadderSpec, r: int, kind: str, closing: Dict[str, torch.Tensor],
+            broke_by: Optional[Dict[str, bool]] = None) -> Dict[str, torch.Tensor]:
     """Per family (and "gradient" for the evidence-driven rungs): the samples its rung attacks this round. Round 1:
-    every still-robust sample. A later full round: the nearest by the family's own kind of evidence, the samples it
-    was still closing in on, and for Square the misled samples. A continuation round: only the closing-in ones.
+    every still-robust sample. A later full round: for the ascent families (APGD-T, APGD-CE) the nearest samples and
+    those the family was still closing in on; for the search families (FAB-T, Square) those they were still closing
+    in on, for Square the misled ones too, and their own nearest only after a round in which they broke a sample
+    (``broke_by``; design 6: on the grid Square never broke a sample and FAB-T one, in round 1, while their runs on
+    the nearest were most of the ladder's forward passes on the adversarially trained CNN). A continuation round:
+    only the closing-in ones.
     A round's scopes are fixed at its start, so its rungs share them."""
     if r == 1:
         every = ladder.robust.clone()
@@ -104,10 +112,14 @@ def _scopes(ladder: Ladder, spec: LadderSpec, r: int, kind: str, closing: Dict[s
         if kind == "continue":
             out[fam] = closing[fam].clone()
             continue
-        by = "free" if fam == "free" else "gradient"
-        out[fam] = ladder.near(spec.near_share, spec.near_min, by) | closing[fam]
-        if fam == "free":  # and every sample on which the gradient families did no better than a short random search
-            out[fam] |= ladder.misled()
+        if fam in ("boundary", "free"):  # where the search was still closing in (Square: and where the gradient
+            out[fam] = closing[fam].clone()  # families did no better than it); its own nearest only after it broke
+            if fam == "free":
+                out[fam] |= ladder.misled()
+            if (broke_by or {}).get(fam):
+                out[fam] |= ladder.near(spec.near_share, spec.near_min, "free" if fam == "free" else "gradient")
+            continue
+        out[fam] = ladder.near(spec.near_share, spec.near_min, "gradient") | closing[fam]
     out["gradient"] = out["targeted"]
     return out
 
