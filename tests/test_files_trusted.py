@@ -345,8 +345,8 @@ def test_readme_describes_ci_run_step_by_step() -> None:
     assert any("apt-get install" in s and "chromium" in s for s in steps)
     assert "installs `chromium` with apt-get when it runs as root and chromium is missing" in readme
     assert any("--upgrade pip" in s for s in steps) and "upgrades pip in it" in readme
-    assert any(s.endswith('pip install -q -e ".[test]"') for s in steps)
-    assert 'runs the first command\'s install part (`pip install -e ".[test]"`, not its `evaluate`' in readme
+    assert any(s.endswith('pip install -q -e ".[test,robustbench]"') for s in steps)
+    assert 'runs the first command\'s install part (`pip install -e ".[test,robustbench]"`, not its `evaluate`' in readme
     assert any(s.endswith("python -m pytest -n auto -q -p no:cacheprovider") for s in steps)
     assert "command as `.venv/bin/python -m pytest -n auto -q -p no:cacheprovider`" in readme
     assert "does exactly these two steps" not in readme

@@ -14,7 +14,8 @@ HELP = ("evaluate a model: clean accuracy plus attacks (--attack / --suite) or a
 def add_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("what")
     g.add_argument("--model", required=True, help="a zoo name (robustbench-pid models: deit, pid_deit, rpc_symvit, "
-                                                   "fan, ...), timm:NAME or a registered timm name")
+                                                   "fan, ...), timm:NAME, a registered timm name, or "
+                                                   "robustbench:[L2/|corruptions/]NAME (RobustBench's zoo; docs/models.md)")
     g.add_argument("--checkpoint", help="embedded:NAME, a local .pth/.pt/.bin/.safetensors file (FILE#KEY picks an "
                                         "entry such as state_dict_ema), timm:NAME[.TAG] pretrained weights, or a "
                                         "plugin scheme, or a released checkpoint's registry name (`robustbench-pid "

@@ -1,4 +1,6 @@
-"""``robustbench-pid fetch NAME`` / ``fetch URL --sha256 HEX --to DIR``: download a checkpoint, verified.
+"""``robustbench-pid fetch NAME`` / ``fetch URL --sha256 HEX --to DIR``: download a checkpoint, verified;
+``fetch robustbench-package [--to DIR]``: RobustBench's pinned release, for ``--model robustbench:NAME``
+(:mod:`robustbench_pid.hub.robustbench_pkg`).
 
 NAME is a released checkpoint of ``checkpoints/registry.toml`` (``--list`` shows them): its URL, file
 name and published hash come from the registry, and the file goes to the user cache dir (or ``--to``),
@@ -12,11 +14,13 @@ import argparse
 from pathlib import Path
 
 NAME = "fetch"
+PACKAGE = "robustbench-package"  # not a checkpoint: RobustBench's pinned release
 HELP = "download a released checkpoint (registry NAME) or any URL, resuming and verifying its sha256"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("source", nargs="?", help="a registry name (see --list) or an http(s) URL")
+    p.add_argument("source", nargs="?", help=f"a registry name (see --list), an http(s) URL, or {PACKAGE} (RobustBench's "
+                                             f"pinned release, for --model robustbench:NAME)")
     p.add_argument("--sha256", help="expected sha256 of the file (64 hex digits, or at least the first 8); needed "
                                     "for a URL and for a registry name with no published hash")
     p.add_argument("--to", type=Path, help="folder to write to (default for a name: the user cache dir, where "
@@ -47,6 +51,13 @@ def run(args: argparse.Namespace) -> int:
         return _list()
     if not args.source:
         raise UserError("fetch needs a registry NAME (robustbench-pid fetch --list) or a URL with --sha256 HEX --to DIR")
+    if args.source == PACKAGE:
+        from ..hub.robustbench_pkg import ROBUSTBENCH, fetch_package
+
+        path = fetch_package(args.to)
+        print(f"{path}  {ROBUSTBENCH.file} sha256 ok ({ROBUSTBENCH.sha256}); --model robustbench:NAME imports it from "
+              f"there" + (f" (with ROBUSTBENCH_PID_PACKAGES={args.to})" if args.to else ""))
+        return 0
     given = check_hash_arg(args.sha256) if args.sha256 else ""
     if "://" in args.source:
         if not given or args.to is None:

@@ -135,6 +135,8 @@ def render(info: Dict[str, Any]) -> str:
         out.extend(_arch_line(a))
     out.append("")
     out.append(f"Any other timm model: --model timm:NAME ({info['timm_models']} architectures in this timm).")
+    out.append("RobustBench's zoo: --model robustbench:NAME (L-inf; robustbench:L2/NAME, robustbench:corruptions/NAME) "
+               "on cifar10, cifar100 or imagenet, from RobustBench's model_dir layout (docs/models.md).")
     out.append("")
     out.append("Checkpoints (--checkpoint SPEC): " + ", ".join(
         f"{s}:NAME" for s in info["checkpoint_loaders"] if s != "file") + ", or a local .pth/.pt/.bin/.safetensors "

@@ -26,14 +26,8 @@ import hashlib
 import inspect
 import io
 import os
-import http.client
-import json
 import tarfile
-import tempfile
 import textwrap
-import urllib.error
-import urllib.parse
-import urllib.request
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,25 +37,11 @@ import numpy as np
 import torch
 import torch.nn as nn
 
-from ..errors import CheckpointError, UserError
-from .download import _lock_path, sha256_of
-from .download import download as fetch_file
+from .download import sha256_of
+from .pypi import PYPI_SIMPLE, Pin, PyPIUnreachable, download, file_url  # noqa: F401 (the external check's API)
+from .pypi import PinnedFileError as ExternalError
 
 ENV_CACHE = "ROBUSTBENCH_PID_EXTERNAL_CACHE"
-
-
-@dataclass(frozen=True)
-class Pin:
-    """One archive from PyPI: the release, the file, its sha256 (recorded here once)."""
-
-    requirement: str
-    file: str
-    sha256: str
-    sdist: bool
-
-    @property
-    def project(self) -> str:
-        return self.requirement.split("==")[0]
 
 
 ADVERTORCH = Pin("advertorch==0.2.3", "advertorch-0.2.3.tar.gz",
@@ -77,15 +57,6 @@ MEMBERS = {
               "846f6cad587fea3877f6e0fe0a1968dfc68867ce170d3bc9fc2dccdbed17961d"),
 }
 EPS_TRAINED = 0.3  # advertorch's tutorial_train_mnist.py: LinfPGDAttack(eps=0.3, nb_iter=40, eps_iter=0.01)
-PYPI_SIMPLE = "https://pypi.org/simple"
-
-
-class ExternalError(UserError):
-    """A download or an extracted file that is not what was pinned (hash mismatch, pip refused, file missing)."""
-
-
-class PyPIUnreachable(ExternalError):
-    """The package index could not be reached at all."""
 
 
 @dataclass(frozen=True)
@@ -106,57 +77,6 @@ def cache_dir(path: Optional[os.PathLike] = None) -> Path:
         return Path(os.environ[ENV_CACHE]).expanduser()
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base).expanduser() / "robustbench_pid" / "external"
-
-
-def _index(index_url: Optional[str]) -> str:
-    return (index_url or os.environ.get("PIP_INDEX_URL") or PYPI_SIMPLE).rstrip("/")
-
-
-def file_url(pin: Pin, index_url: Optional[str] = None, timeout: float = 30.0) -> str:
-    """The URL the index gives for ``pin.file`` (its JSON simple API, PEP 691), after checking that the index
-    lists the pinned sha256 for it."""
-    page = f"{_index(index_url)}/{pin.project}/"
-    req = urllib.request.Request(page, headers={"Accept": "application/vnd.pypi.simple.v1+json",
-                                                "User-Agent": "robustbench-pid-external"})
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as resp:  # noqa: S310 - an http(s) index page
-            listing = json.loads(resp.read().decode("utf-8"))
-    except urllib.error.HTTPError as exc:
-        raise ExternalError(f"the package index answered HTTP {exc.code} for {page}; pass another index "
-                            f"(index_url= / $PIP_INDEX_URL)") from None
-    except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
-        raise PyPIUnreachable(f"PyPI could not be reached ({page}: {getattr(exc, 'reason', None) or exc}); check "
-                              f"the network or pass another index (index_url= / $PIP_INDEX_URL)") from None
-    except ValueError:
-        raise ExternalError(f"{page} is not a JSON simple-API page (PEP 691); pass an index that serves one") from None
-    for f in listing.get("files", []):
-        if f.get("filename") == pin.file:
-            listed = (f.get("hashes") or {}).get("sha256")
-            if listed and listed != pin.sha256:
-                raise ExternalError(f"{page} lists {pin.file} with sha256 {listed}, not the pinned {pin.sha256}")
-            return urllib.parse.urljoin(page, f["url"])
-    raise ExternalError(f"{page} lists no file {pin.file} ({pin.requirement})")
-
-
-def download(pin: Pin, cache: Path, index_url: Optional[str] = None) -> Path:
-    """The archive of ``pin`` in ``cache``: reused when its sha256 matches, else downloaded from the URL the index
-    gives (into a temporary folder in the cache, moved in once its sha256 is the pinned one; a lock keeps two
-    processes from downloading it together)."""
-    from filelock import FileLock
-
-    final = cache / pin.file
-    cache.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(_lock_path(final))):
-        if final.is_file() and sha256_of(final) == pin.sha256:
-            return final
-        url = file_url(pin, index_url)
-        with tempfile.TemporaryDirectory(dir=cache, prefix=".download-") as tmp:
-            try:
-                got = fetch_file(url, Path(tmp), pin.file, sha256=pin.sha256, progress=False)
-            except CheckpointError as exc:
-                raise ExternalError(str(exc)) from None
-            os.replace(got, final)
-    return final
 
 
 def _read_member(archive: Path, member: str) -> bytes:

@@ -76,7 +76,13 @@ class ResolvedModel:
 
 
 def resolve_model(model: str, dataset_family: str, checkpoint: Optional[str] = None) -> ResolvedModel:
-    """Map an alias / ``timm:NAME`` / registered name to an architecture and checkpoint."""
+    """Map an alias / ``timm:NAME`` / ``robustbench:[THREAT/]NAME`` / registered name to an architecture and
+    checkpoint (a RobustBench entry's architecture is RobustBench's: ``models/robustbench.py`` builds it)."""
+    from .robustbench import is_robustbench, parse
+
+    if is_robustbench(model):
+        entry = parse(model, dataset_family)
+        return ResolvedModel(entry.alias, entry.alias, checkpoint, {}, 0.875 if entry.dataset == "imagenet" else None)
     if model.startswith("timm:"):
         arch = model[len("timm:"):]
         if not timm.is_model(arch):
@@ -104,7 +110,7 @@ def resolve_model(model: str, dataset_family: str, checkpoint: Optional[str] = N
         return ResolvedModel(model, model, checkpoint, {}, DEIT_RELEASE_CROP.get(model))
     valid = ", ".join(zoo.names())
     raise UserError(f"unknown model {model!r}.{_did_you_mean(model)} Valid models: {valid}, timm:<any timm name>, "
-                    f"or a registered timm name (`robustbench-pid models` lists them)")
+                    f"robustbench:<entry name>, or a registered timm name (`robustbench-pid models` lists them)")
 
 
 def _did_you_mean(model: str) -> str:
@@ -219,7 +225,13 @@ def load_model(
     """Return the model in eval mode, taking [0, 1] images, with provenance in ``.info``."""
     from ..data import dataset_info
     from ..loaders import load_weights
+    from .robustbench import is_robustbench, load_robustbench
 
+    if is_robustbench(model):
+        if arch_kwargs:
+            raise UserError(f"{model}: a RobustBench entry's architecture is the entry's own; drop "
+                            f"{', '.join(arch_kwargs)} (--model-arg / PID gains)")
+        return load_robustbench(model, dataset, checkpoint, checkpoint_dir, allow_pickle)
     info = dataset_info(dataset)
     res = resolve_model(model, info.family, checkpoint)
     kwargs = {**res.arch_kwargs, **arch_kwargs}

@@ -137,7 +137,11 @@ def plan_model(spec: RunSpec) -> torch.nn.Module:
     with untrained weights (``info["planned_without_weights"]``), since the cost of a pass does not depend on them."""
     from ..data import dataset_info
     from ..models import load_model, resolve_model
+    from ..models.robustbench import is_robustbench, load_robustbench
 
+    if is_robustbench(spec.model):  # its architecture is the entry's, built by RobustBench's package
+        return load_robustbench(spec.model, spec.dataset, spec.checkpoint, spec.checkpoint_dir, spec.allow_pickle,
+                                plan=True)
     try:
         resolve_model(spec.model, dataset_info(spec.dataset).family, spec.checkpoint)
     except UserError as exc:
