@@ -83,7 +83,11 @@ def example_block() -> str:
         sys.path.insert(0, str(ROOT))
         import robustbench_pid as rbp
 
-        adv = rbp.load_adversarial(Path(tmp) / "results" / "rb-digits", "converge")
+        import json
+
+        field = "external" if "external" in json.loads(entry) else "autoattack_acc"  # which condition's images
+        adv = rbp.load_adversarial(Path(tmp) / "results" / "rb-digits",
+                                   "converge" if field == "external" else "autoattack")
         with torch.inference_mode():
             pred = rbp.load_model("pid_deit")(x).argmax(1)
         robust = 100 * float((pred == adv.labels).float().mean())
@@ -94,7 +98,7 @@ def example_block() -> str:
                  "`model_info/digits/Linf/Nguyen2024PIDformer_digits.json`:", "", "```json", entry.rstrip(), "```",
                  "", f"`external_evaluation/Nguyen2024PIDformer_digits.pt`: a {tuple(x.shape)} {str(x.dtype)[6:]} "
                  f"tensor in [{float(x.min()):.0f}, {float(x.max()):.0f}]; re-scored with the model, "
-                 f"{robust:.2f}% of its images are still classified correctly (the entry's `external`), and "
+                 f"{robust:.2f}% of its images are still classified correctly (the entry's `{field}`), and "
                  f"{adv.stored_u8} of its {len(adv)} images were stored in 8 bits (the others in float32)."]
         return "\n".join(lines)
 

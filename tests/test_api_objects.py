@@ -188,6 +188,9 @@ CHEAP = {"fgsm": {}, "pgd": {"steps": 1}, "pgd_l2": {"steps": 1, "eps": 0.5}, "s
          "apgd_t": {"steps": 2, "targets": 1}, "apgd_ranked": {"steps": 2, "targets": 1, "pool": 2},
          "fab_t": {"steps": 2, "targets": 1},
          "apgd_eot": {"steps": 2, "eot_iter": 2}, "apgd_strong": {"steps": 2, "restarts": 1}}
+# the L2 forms (register_l2): the same cheap settings as their L-inf classes
+CHEAP.update({f"{k}_l2": v for k, v in CHEAP.items() if k in ("square", "autoattack", "apgd_ce", "apgd_t",
+                                                               "apgd_ranked", "fab_t", "apgd_eot")})
 
 
 @pytest.mark.parametrize("name", sorted(CHEAP))

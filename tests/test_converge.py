@@ -190,7 +190,11 @@ def _fake(breaks: dict, nearness=None, free=None):
         still[:k] = False
         near = nearness[idx] if nearness is not None and rung.family == "targeted" else None
         near = free[idx] if free is not None and rung.family == "free" else near
-        return RungResult(still, torch.ones(len(idx)), torch.ones(len(idx)), None, near)
+        res = RungResult(still, torch.ones(len(idx)), torch.ones(len(idx)), None, near)
+        if rung.family == "free":  # Square's state to continue from, as the real one reports it
+            res.done = (rung.resume[1] if rung.resume is not None else torch.zeros(len(idx))) + rung.params["n_queries"]
+            res.signs = torch.zeros((len(idx), 1, 1, 1), dtype=torch.int8)
+        return res
     return run, seen
 
 
@@ -292,28 +296,30 @@ def test_round_one_sweeps_every_ranked_target_briefly_and_later_rounds_go_deep_o
         LadderSpec.from_options({"rounds": 4, "targets": 4})
 
 
-def test_square_grows_into_round_two_and_later_only_after_a_round_in_which_it_broke_a_sample():
-    """Design 4: 500 queries in round 1, 1,000 in round 2; a third round (run because a gradient family still
-    broke samples) doubles Square's queries only if Square broke a sample in round 2."""
+def test_square_continues_each_samples_search_doubling_its_queries_and_never_past_its_cap():
+    """Design 7: 500 queries in round 1; each later run continues the sample's search from its best point for as
+    many queries again (500 more, then 1,000 more: AutoAttack's one run in pieces, no fresh starts repeating the large
+    early squares), only where Square's evidence sends it (here: its own nearest, after it broke a sample)."""
     spec = LadderSpec()
 
-    def queries(breaks):
-        run, _ = _fake(breaks)
+    def runs(breaks, spec=spec, free=torch.linspace(0, 1, 1000)):  # Square's own nearest: the same samples each round
+        run, seen = _fake(breaks, free=free)
         lad = climb(_ladder(1000), spec, EPS, run, unstable=False, no_grad=torch.zeros(1000, dtype=torch.bool))
-        return [h["settings"].split(" (")[0] for h in lad.history if h["family"] == "free"]
+        return [h["settings"].split(" (")[0].split(",")[0] for h in lad.history if h["family"] == "free"], lad, seen
 
-    gradient_only = queries({"apgd-t": 50, "apgd-t@2": 20})
-    assert gradient_only == ["Square-500", "Square-1000", "Square-1000"], gradient_only
-    # (design 6: Square's later rounds take its own nearest only after it broke a sample, here in round 1)
-    assert queries({"apgd-t": 50, "square": 1, "apgd-t@2": 20, "square@2": 1}) == ["Square-500", "Square-1000",
-                                                                                   "Square-2000"]
-    assert queries({"apgd-t": 50, "square": 5, "apgd-t@2": 20}) == ["Square-500", "Square-1000", "Square-1000"]
-    stronger = LadderSpec.from_options({"square_growth": 4})
-    run, _ = _fake({"apgd-t": 50, "square": 1, "apgd-t@2": 20, "square@2": 3})
-    lad = climb(_ladder(1000), stronger, EPS, run, unstable=False, no_grad=torch.zeros(1000, dtype=torch.bool))
-    # design 5: never past Square's cap per sample, AutoAttack's 5,000 queries (the fake runner charged 1 + 1 before)
-    assert [h["settings"].split(" (")[0] for h in lad.history
-            if h["family"] == "free"] == ["Square-500", "Square-2000", "Square-4998"]
+    got, lad, seen = runs({"apgd-t": 50, "square": 1, "apgd-t@2": 20, "square@2": 1})
+    assert got == ["Square-500", "Square +500", "Square +1000"], got
+    assert all("continuing each sample's run from its best point" in h["settings"] for h in lad.history
+               if h["family"] == "free" and h["round"] > 1)
+    attacked = [set(i) for r, i in seen if r == "square@3"][0]
+    assert {int(lad.square_done[i]) for i in attacked} == {2000}  # 500 + 500 + 1,000 on each sample it went on with
+    # Square broke nothing and was nowhere closing in or misled: it has no later run (its scope is empty)
+    got, lad, seen = runs({"apgd-t": 50, "apgd-t@2": 20}, free=None)
+    assert [r for r, i in seen if r.startswith("square") and i] == ["square"]
+    # never past Square's cap per sample, AutoAttack's 5,000 queries (the fake runner charged 1 + 1 before)
+    got, _, _ = runs({"apgd-t": 50, "square": 1, "apgd-t@2": 20, "square@2": 3},
+                     LadderSpec.from_options({"square_growth": 4}))
+    assert got == ["Square-500", "Square +1500", "Square +4998"], got
 
 
 def test_a_reduced_ladder_says_so_in_its_status_and_rung_settings():
@@ -333,8 +339,8 @@ def test_converge_refuses_what_it_cannot_do(plain, digits8, tmp_path):
     x, y = digits8
     with pytest.raises(UserError, match="standard protocol only"):
         rbp.evaluate(model="deit", attack="pgd", eps="4/255", limit=4, converge=True, protocol="paper")
-    with pytest.raises(UserError, match="L-inf attack"):
-        rbp.evaluate(model="deit", attack="pgd_l2", eps=0.5, limit=4, converge=True)
+    with pytest.raises(UserError, match="L-inf or L2 worst-case attack"):  # an L1 attack: no L1 rungs
+        rbp.evaluate(model="deit", attack="sld", eps=2, limit=4, converge=True)
     with pytest.raises(UserError, match="add --converge"):
         rbp.evaluate(model="deit", attack="pgd", eps="4/255", limit=4, converge_tol=0.01)
     with pytest.raises(UserError, match="converge-opt"):
@@ -356,7 +362,7 @@ def test_converge_names_the_attacks_it_gives_no_converged_value(capsys):
     assert main(["evaluate", "--model", "deit", "--attack", "pgd", "--attack", "noise", "--eps", "4/255", "--limit",
                  "4", "--converge", "--dry-run"]) == 0
     err = capsys.readouterr().err
-    assert "note: --converge: no converged value for noise: the ladder escalates the L-inf worst-case attacks" in err
+    assert "note: --converge: no converged value for noise: the ladder escalates the L-inf and L2 worst-case attacks" in err
 
 
 def test_check_fails_on_a_lower_converged_value_or_a_status_change(plain_run, tmp_path):
@@ -623,7 +629,7 @@ def test_overestimate_warning_points_to_the_ladder_only_where_it_converged():
 
     ladder = {"model": "m", "benchmark": "converge", "attack": "converge", "eps": 4 / 255, "norm": "linf",
               "metric": "top1", "value": 10.0, "status": CONVERGED}
-    assert overestimate_note(rows()).endswith("run again with --converge for a converged value (L-inf attacks; "
+    assert overestimate_note(rows()).endswith("run again with --converge for a converged value (L-inf and L2 attacks; "
                                               "docs/attacks.md)")
     assert overestimate_note(rows(ladder)).endswith("the converged values above are the ones to report")
     note = overestimate_note(rows({**ladder, "status": NOT_CONVERGED}))
@@ -633,7 +639,7 @@ def test_overestimate_warning_points_to_the_ladder_only_where_it_converged():
           "metric": "incomplete_optimization", "value": 5.0, "setting": "PGD-L2"}
     note = overestimate_note(rows(ladder, l2))
     assert "in 2 condition(s)" in note and "1 of them have no converged value" in note
-    assert overestimate_note(rows({**ladder, "eps": 2 / 255})).endswith("for a converged value (L-inf attacks; "
+    assert overestimate_note(rows({**ladder, "eps": 2 / 255})).endswith("for a converged value (L-inf and L2 attacks; "
                                                                         "docs/attacks.md)")
 
 
@@ -832,7 +838,11 @@ def _closing_fake(square, breaks=None):
         else:
             best, half = torch.full((len(idx),), 0.01), torch.full((len(idx),), 0.01)
             fwd = torch.ones(len(idx))
-        return RungResult(still, fwd, torch.ones(len(idx)), None, None, best, half)
+        res = RungResult(still, fwd, torch.ones(len(idx)), None, None, best, half)
+        if rung.family == "free":
+            res.done = (rung.resume[1] if rung.resume is not None else torch.zeros(len(idx))) + rung.params["n_queries"]
+            res.signs = torch.zeros((len(idx), 1, 1, 1), dtype=torch.int8)
+        return res
     return run, seen
 
 
@@ -856,7 +866,7 @@ def test_a_search_still_closing_in_gets_more_budget_until_it_breaks_and_only_whe
     later = [(rid, ids) for rid, ids in seen if "@" in rid]
     assert later == [("square@2", [0, 1]), ("square@3", [0, 1])]  # only Square, only where it closed in
     assert [h["settings"].split(" (")[0] for h in lad.history if h["family"] == "free"] == \
-        ["Square-500", "Square-1000", "Square-2000"]
+        ["Square-500", "Square +500", "Square +1000"]  # design 7: each run continues the last, 1,000 then 2,000 in all
     assert not lad.robust[0] and not lad.robust[1] and int(lad.robust.sum()) == n - 2
     assert lad.status == CONVERGED and "further round(s)" in lad.detail
     assert [h.get("kind") for h in lad.history][-1] == "continue"
@@ -879,7 +889,8 @@ def test_a_family_still_closing_in_when_its_cap_is_spent_is_not_converged():
     run, seen = _closing_fake(square)
     lad = climb(_ladder(n), LadderSpec(), EPS, run, unstable=False, no_grad=torch.zeros(n, dtype=torch.bool))
     queries = [h["settings"].split(" (")[0] for h in lad.history if h["family"] == "free"]
-    assert queries == ["Square-500", "Square-1000", "Square-2000", "Square-1500"]  # 5,000 in all, then the cap
+    # design 7: each run continues the last: 500, 1,000, 2,000, 4,000 in all, then 5,000 (the cap)
+    assert queries == ["Square-500", "Square +500", "Square +1000", "Square +2000", "Square +1000"]
     assert lad.status == NOT_CONVERGED and "still closing in on 3" in lad.detail and "free" in lad.detail
     assert int(lad.robust.sum()) == n
 
@@ -1061,10 +1072,12 @@ def test_later_rounds_rank_samples_by_the_verdict_margin_any_family_left_as_a_sh
     assert lad.near(0.1, 1, "gradient").nonzero().squeeze(1).tolist() == [9]
 
 
-def test_a_deep_apgd_t_run_still_closing_in_gets_a_fresh_start_on_the_classes_it_came_nearest_on():
+def test_a_deep_apgd_t_run_still_closing_in_gets_a_fresh_start_on_its_nearest_class_and_the_classes_not_yet_run_deep():
     """cnn_at 48/255: a deep run brought two samples to margins of 0.005 and 0.009 on their nearest class and the
-    next round attacked ranks 4-6 instead; AutoAttack broke both on the nearest. The family still closing in
-    continues on the classes it came nearest on; the others go on to the next ranks."""
+    next round attacked ranks 4-6 instead; AutoAttack broke both on the nearest. cnn_at 64/255 (design 6): sample
+    1482's deep runs went back to its nearest classes and never to class 2, which the 12-iteration sweep ranked 4th
+    and a 100-iteration run crosses. The family still closing in continues on the class it came nearest on and the
+    classes no deep run has had (design 7); the others go on to the next ranks."""
     n, k = 12, 9
     classes = torch.arange(1, k + 1).repeat(n, 1)
     sweep = torch.full((n, k), -2.0)
@@ -1096,13 +1109,15 @@ def test_a_deep_apgd_t_run_still_closing_in_gets_a_fresh_start_on_the_classes_it
     ids3, order3 = seen["apgd-t@3"]
     first = seen["apgd-t@2"][0][0]
     row = dict(zip(ids3, order3.tolist()))
-    assert row[first][3:6] == [8, 6, 1]  # round 3 attacks ranks 4-6: for the closing sample, its nearest classes
+    # round 3 attacks ranks 4-6: for the closing sample, its nearest class (8), then 2 and 3, the first classes of the
+    # sweep's order (6, 8, 1, 2, 3, ...) that round 2's deep run (6, 8, 1) did not have
+    assert row[first][3:6] == [8, 2, 3]
     others = [i for i in ids3 if i != first]
     assert others and all(row[i][3:6] == [2, 3, 4] for i in others)  # the rest: the next measured ranks
     assert sorted(row[first]) == list(range(1, k + 1))  # every class once
 
 
-def test_a_gradient_search_stalled_at_the_boundarys_edge_goes_on_until_the_targeted_cap_and_no_further():
+def test_a_gradient_search_stalled_at_the_boundarys_edge_gets_one_more_start_and_never_past_the_cap():
     n = 4
     lad = _ladder(n)
     lad.clean_margin = torch.full((n,), 4.0)
@@ -1114,7 +1129,58 @@ def test_a_gradient_search_stalled_at_the_boundarys_edge_goes_on_until_the_targe
     lad.spent["targeted"][0] = spec.cap_targeted  # AutoAttack's APGD-T budget spent on the first: a stall, counted
     assert lad.closing_in(spec)["targeted"].tolist() == [False, True, False, False]
     assert not lad.closing_in(spec, under_cap=False)["targeted"].any()
+    lad.near_tries[1] = spec.near_tries  # design 7: its extra start spent, a near miss that stalled again is evidence
+    assert not lad.closing_in(spec)["targeted"].any() and lad.near_miss(spec)[1]
+    assert "near_tries 0 < 1" in LadderSpec.from_options({"near_tries": 0}).reductions()
     assert LadderSpec.from_options({"near_miss": 0}).near_miss == 0.0
     assert "near_miss 0.01 < 0.1" in LadderSpec.from_options({"near_miss": 0.01}).reductions()
     with pytest.raises(UserError, match="near_miss"):
         LadderSpec.from_options({"near_miss": -1})
+
+
+def test_a_near_miss_gets_one_fresh_start_on_the_class_it_came_nearest_on_and_then_the_ladder_stops():
+    """Design 7: a sample a gradient search left at 0.25% of its clean margin, stalled (no gain): a continuation round
+    runs APGD-T on that sample alone, on the one class round 1's sweep came nearest on (the other positions -1,
+    skipped), once; stalled again, the ladder ends converged (design 6 went on to the 900-pass cap, three classes a
+    round: a large share of cnn_at 64/255's forward passes)."""
+    n, k = 12, 9
+    classes = torch.arange(1, k + 1).repeat(n, 1)
+    sweep = torch.full((n, k), -2.0)
+    sweep[:, 6] = -0.01  # the sweep came nearest on class 7
+    seen = []
+
+    def run(rung: Rung, idx: torch.Tensor):
+        seen.append((rung.id, idx.tolist(), None if rung.order is None else rung.order.tolist()))
+        m = len(idx)
+        best = torch.where(idx == 0, torch.tensor(0.01), torch.tensor(2.0))
+        res = RungResult(torch.ones(m, dtype=torch.bool), torch.ones(m), torch.ones(m), margin_best=best,
+                         margin_half=best.clone())
+        if rung.id == "apgd-t":
+            res.target_order, res.target_reach = classes[idx], sweep[idx]
+        return res
+
+    lad = _ladder(n)
+    lad.clean_margin = torch.full((n,), 4.0)
+    lad = climb(lad, LadderSpec(), EPS, run, unstable=False, no_grad=torch.zeros(n, dtype=torch.bool))
+    later = [s for s in seen if "@" in s[0]]
+    assert [(rid, ids) for rid, ids, _ in later] == [("apgd-t@2", [0])]
+    assert later[0][2][0][:3] == [7, -1, -1]
+    assert int(lad.near_tries[0]) == 1 and lad.status == CONVERGED and "further round(s)" in lad.detail
+
+
+def test_apgd_ranked_skips_the_positions_an_order_marks_minus_one(deit_model):
+    import robustbench_pid as rbp
+    from robustbench_pid.attacks import make_attack
+
+    ds = rbp.load_dataset("digits", split="test")
+    x = torch.stack([ds[i][0] for i in range(4)])
+    y = torch.tensor([ds[i][1] for i in range(4)])
+    order = torch.stack([torch.tensor([c for c in range(10) if c != int(t)]) for t in y])
+    order[:2, 1:3] = -1  # the first two samples: only their first class
+    atk = make_attack("apgd_ranked", eps=2 / 255, steps=5, targets=3, first=1, pool=9)
+    atk.order = order
+    atk(deit_model, x, y, generator=torch.Generator().manual_seed(0))
+    reach = atk.stats["target_reach"]
+    assert bool(torch.isfinite(reach[:, 0]).all()) and bool(torch.isinf(reach[:2, 1:3]).all())
+    assert bool(torch.isfinite(reach[2:, 1:3]).all())
+    assert atk.telemetry.backward[:2].max() < atk.telemetry.backward[2:].min()  # fewer passes where skipped

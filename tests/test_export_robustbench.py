@@ -62,26 +62,47 @@ def test_entry_fields_types_numbers_and_tensor(aa_run, tmp_path, pid_model):
     summary = rbp.load_results(aa_run)
     top1 = summary[summary["metric"] == "top1"].set_index("attack")["value"]
     assert entry["clean_acc"] == f"{top1['clean']:.2f}" and entry["autoattack_acc"] == f"{top1['autoattack']:.2f}"
-    assert entry["external"] == f"{top1['converge']:.2f}" and entry["eps"] == "16/255"
+    # the ladder found no more than AutoAttack (every digit breaks at 16/255): no external evaluation, said so
+    assert top1["converge"] == top1["autoattack"] and "external" not in entry and entry["eps"] == "16/255"
     assert entry["reported"] == "12.50" and entry["name"] == "PIDformer" and entry["dataset"] == "digits"
     assert "--converge ladder" in entry["footnote"] and "not RobustBench-comparable" in entry["footnote"]
+    assert "found no more than AutoAttack" in entry["footnote"]
     assert entry["unreliable"] is True  # a reduced ladder is not the full one: said, and flagged
     # only the fields nobody gave are named, on one warning line
     assert stderr.count("warning:") == 1 and "additional_data (false)" in stderr and "authors" not in stderr
-    # the tensor: the test set's size and order, [0, 1], re-scored to the recorded (converged) verdicts
+    # the tensor: the test set's size and order, [0, 1], re-scored to the recorded (AutoAttack's) verdicts
     x = torch.load(out / "external_evaluation" / "Nguyen2024PIDformer.pt", weights_only=True)
     rec = rbp.load_records(aa_run)
-    conv = rec[rec["attack"] == "converge"]
+    conv = rec[rec["attack"] == "autoattack"]
     assert x.shape == (8, 3, 32, 32) and x.dtype == torch.float32 and 0 <= float(x.min()) and float(x.max()) <= 1
     y = torch.tensor(conv["label"].to_numpy())
     with torch.inference_mode():
         ok = still_correct(pid_model(x), y, 1)
     assert ok.tolist() == conv["correct_top1"].astype(bool).tolist()
-    assert f"{100 * float(ok.float().mean()):.2f}" == entry["external"]
+    assert f"{100 * float(ok.float().mean()):.2f}" == entry["autoattack_acc"]
     manifest = json.loads((out / "export.json").read_text())
     assert manifest["robustbench_comparable"] is False and rb.facts()["source"]["commit"] in manifest["robustbench_facts"]
     issue = (out / "external_evaluation" / "Nguyen2024PIDformer.md").read_text()
-    assert "+ **Robust accuracy:** " + entry["external"] + "%" in issue
+    assert "+ **Robust accuracy:** " + entry["autoattack_acc"] + "%" in issue
+
+
+def test_external_is_the_converged_value_only_where_it_is_below_autoattack(aa_run):
+    """RobustBench fills ``external`` from an evaluation that found less than AutoAttack: the ladder's value goes
+    there (with its images) only when it is lower at the entry's two decimals."""
+    from robustbench_pid.export.model_info import Given, linf_entry
+    from robustbench_pid.results.store import load_runs, summarize
+
+    runs = load_runs(aa_run)
+    records, info = runs.records, {**json.loads((aa_run / "run.json").read_text()), "path": str(aa_run)}
+    summary = summarize(records)
+    same = linf_entry(records, summary, info, Given())
+    assert "external" not in same.info and same.condition["attack"] == "autoattack"
+    lower = summary.copy()
+    aa_value = float(lower.loc[(lower["attack"] == "autoattack") & (lower["metric"] == "top1"), "value"].iloc[0])
+    lower.loc[(lower["attack"] == "autoattack") & (lower["metric"] == "top1"), "value"] = aa_value + 12.5
+    below = linf_entry(records, lower, info, Given())
+    assert below.info["external"] == f"{aa_value:.2f}" and below.condition["attack"] == "converge"
+    assert below.info["autoattack_acc"] == f"{aa_value + 12.5:.2f}" and "below AutoAttack's" in below.info["footnote"]
 
 
 def test_python_api_warns_once_and_checks_its_inputs(aa_run, tmp_path):

@@ -168,7 +168,7 @@ def test_a_full_published_run_is_comparable():
 def test_the_suite_is_refused_where_it_would_measure_something_else(tmp_path):
     from robustbench_pid.run.spec_builder import build_spec
 
-    with pytest.raises(UserError, match="RobustBench has no leaderboard this project can run on dataset 'digits'"):
+    with pytest.raises(UserError, match="RobustBench has no Linf leaderboard this project can run on dataset 'digits'"):
         build_spec("pid_deit", suite="robustbench")
     with pytest.raises(UserError, match="drop --subset"):
         build_spec("pid_deit", suite="robustbench", dataset="imagenet", data_root=str(tmp_path), subset=10)

@@ -274,6 +274,21 @@ def project_linf(x_adv: torch.Tensor, x: torch.Tensor, eps: float, bounds: Bound
     return clip(torch.min(torch.max(x_adv, x - eps), x + eps), bounds)
 
 
+LIBRARY_NORM = {"linf": "Linf", "l2": "L2"}  # pyautoattack's names of the threat models it implements
+
+
+def project_ball(x_adv: torch.Tensor, x: torch.Tensor, eps: float, bounds: Bounds, norm: str) -> torch.Tensor:
+    """``x_adv`` projected onto the ``norm`` ball of radius ``eps`` around ``x``, then into the box (clipping
+    towards a box that holds ``x`` never moves a point further from it, so the result is in both)."""
+    if norm == "linf":
+        return project_linf(x_adv, x, eps, bounds)
+    if norm != "l2":
+        raise ValueError(f"project_ball: no projection for norm {norm!r}")
+    delta = (x_adv - x).flatten(1)
+    factor = (eps / delta.norm(dim=1).clamp_min(1e-12)).clamp(max=1.0)
+    return clip(x + (delta * factor[:, None]).view_as(x), bounds)
+
+
 def still_correct(logits: torch.Tensor, y: torch.Tensor, topk: int) -> torch.Tensor:
     """Per sample: is ``y`` among the top-``topk`` logits (the attack has not succeeded yet)."""
     k = min(topk, logits.shape[1])

@@ -11,17 +11,25 @@ stops a point as soon as it is fooled. Wrapped so that:
 
 Defaults as in AutoAttack's standard version: 5,000 queries, p_init 0.8, one restart, no
 schedule rescaling. Only top-1 is attacked (the reported top-5 under Square is an upper bound).
+
+``resume`` (set on the object, not a setting; L-inf only) continues earlier runs instead of starting afresh:
+per sample the sign pattern of its best point (L-inf Square's points are always ``clip(x + eps * s)`` with
+``s`` in {-1, 0, +1} per pixel, so the pattern restores the point exactly) and the queries it had done; the run
+starts at that point with the square-size schedule where it left off. Split into pieces like this, Square is
+AutoAttack's one long run paused between pieces (a convergence ladder checks between them whether it is still
+closing in), not a sum of fresh restarts that each repeat the large early squares. ``stats["signs"]`` and
+``stats["done"]`` give the state to resume from.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Tuple
+from dataclasses import dataclass, field
+from typing import Optional, Tuple
 
 import torch
 
-from . import attacks
+from . import attacks, register_l2
 from ._box import to_unit_box
-from .base import Attack, Bounds, dlr_losses, project_linf
+from .base import LIBRARY_NORM, Attack, Bounds, dlr_losses, project_ball
 from .telemetry import Counted
 
 
@@ -48,6 +56,10 @@ class Square(Attack):
     restarts: int = 1
     rescale_schedule: bool = False
 
+    # per sample of the next call: (sign pattern of its best point, int8 like x; queries done), or None
+    resume: Optional[Tuple[torch.Tensor, torch.Tensor]] = field(default=None, init=False, repr=False,
+                                                                compare=False)
+
     label = "Square"
 
     def passes(self) -> Tuple[float, float]:
@@ -72,40 +84,72 @@ class Square(Attack):
         from pyautoattack.square import SquareAttack
 
         seed = seed_from(generator)
-        counted = Counted(model, x, labels=y, eps=self.eps)
+        counted = Counted(model, x, labels=y, eps=self.eps, norm=self.norm)
         model, x_in, eps, back = to_unit_box(counted, x, self.eps, bounds)
+        attacked = (model(x_in).argmax(1) == y).nonzero().squeeze(1)  # the library attacks these, in order
+        signs, done = self.resume if self.resume is not None else (None, None)
+        start = int(done[attacked].min()) if done is not None and len(attacked) else 0
+
         class Tracked(SquareAttack):
             """The library's Square, keeping each run's best point of every sample it attacked (perturb returns
-            the clean image for a sample it did not fool)."""
+            the clean image for a sample it did not fool), and, to resume, starting from given points with the
+            schedule moved on by the queries already done."""
             runs: list = []
+            init: Optional[torch.Tensor] = None
 
             def attack_single_run(self, xs, ys):
                 n, best = super().attack_single_run(xs, ys)
                 self.runs.append(best)
                 return n, best
 
-        sq = Tracked(model, norm="Linf", n_queries=self.n_queries, eps=eps, p_init=self.p_init,
+            def random_choice(self, shape):
+                init, self.init = self.init, None  # only the run's first draw is the starting point
+                if init is not None and list(shape) == [len(init), init.shape[1], 1, init.shape[3]]:
+                    return init
+                return super().random_choice(shape)
+
+            def p_selection(self, it):
+                return super().p_selection(it + start)
+
+        if signs is not None and (self.restarts != 1 or self.norm != "linf"):
+            raise ValueError("square: resume continues one L-inf run; it needs restarts = 1 and norm linf")
+        sq = Tracked(model, norm=LIBRARY_NORM[self.norm], n_queries=self.n_queries, eps=eps, p_init=self.p_init,
                      n_restarts=self.restarts, seed=seed, verbose=False, loss="margin",
                      resc_schedule=self.rescale_schedule, device=x.device)
         sq.runs = []
+        if signs is not None and len(attacked):
+            sq.init = signs[attacked].to(x.device, x_in.dtype)
         with torch.random.fork_rng(devices=rng_devices(x)):
             u_adv = sq.perturb(x_in, y)
-            self.stats["best_loss"] = self._nearness(model, x_in, u_adv, y, sq.runs)
+            self.stats["best_loss"] = self._nearness(model, u_adv, y, attacked, sq.runs)
             counted.settle(self.telemetry)  # per sample: each forwarded row charged to its nearest clean image
         self.stats.update(counted.progress() or {})  # the search's progress per sample (the ladder's stop rule)
+        if self.norm != "linf":  # an L2 point is no sign pattern: its later runs start afresh
+            return project_ball(back(u_adv), x, self.eps, bounds, self.norm)
+        self.stats["signs"] = torch.zeros(x_in.shape, dtype=torch.int8, device=x.device)
+        before = torch.zeros(len(x)) if done is None else done.float()
+        self.stats["done"] = before.to(x.device).clone()
+        if sq.runs and len(sq.runs[0]) == len(attacked):
+            self.stats["signs"][attacked] = torch.sign(sq.runs[0] - x_in[attacked]).to(torch.int8)
+            self.stats["done"][attacked] += float(self.n_queries)
         # undo the affine map, then remove its float rounding (~1e-8) so the ball holds exactly
-        return project_linf(back(u_adv), x, self.eps, bounds)
+        return project_ball(back(u_adv), x, self.eps, bounds, self.norm)
 
     @staticmethod
-    def _nearness(model: torch.nn.Module, x_in: torch.Tensor, u_adv: torch.Tensor, y: torch.Tensor,
+    def _nearness(model: torch.nn.Module, u_adv: torch.Tensor, y: torch.Tensor, attacked: torch.Tensor,
                   runs: list) -> torch.Tensor:
         """Per sample, the DLR loss (scale-free, > 0 once fooled) at the best point the first run reached: how near
         the boundary the search came, which a convergence ladder ranks samples by for its later rounds (gradient
-        attacks fooled by the model say nothing about that). Two forward passes per sample."""
+        attacks fooled by the model say nothing about that). One forward pass per sample and one per attacked one."""
         loss = dlr_losses(model(u_adv), y)
-        if runs:
-            attacked = (model(x_in).argmax(1) == y).nonzero().squeeze(1)  # the library attacks these, in order
-            best = runs[0]
-            if len(best) == len(attacked):
-                loss[attacked] = torch.maximum(loss[attacked], dlr_losses(model(best), y[attacked]))
+        if runs and len(runs[0]) == len(attacked) and len(attacked):
+            loss[attacked] = torch.maximum(loss[attacked], dlr_losses(model(runs[0]), y[attacked]))
         return loss
+
+
+def _describe_l2(self: Square) -> str:
+    return Square.describe(self).replace("Square-", "Square-L2-", 1)
+
+
+SquareL2 = register_l2(Square, "square_l2", "Square-L2", "Square in the L2 threat model (the library's L2 form: "
+                       "square-shaped updates of the L2 perturbation).", describe=_describe_l2)

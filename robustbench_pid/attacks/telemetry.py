@@ -105,13 +105,14 @@ class Counted(torch.nn.Module):
     one (rows x batch) distance per call, about a percent of a forward pass of the models here."""
 
     def __init__(self, net: torch.nn.Module, originals: Optional[torch.Tensor] = None,
-                 labels: Optional[torch.Tensor] = None, eps: Optional[float] = None) -> None:
+                 labels: Optional[torch.Tensor] = None, eps: Optional[float] = None, norm: str = "linf") -> None:
         super().__init__()
         self.net = net
         # with labels and eps: the verdict margin of every forwarded row inside its sample's L-inf eps-ball, kept for
         # :meth:`progress` (how far each sample's search came, and how much of that in the last half of its passes)
         self._labels = None if labels is None or originals is None else labels.detach()
         self._eps = eps
+        self._norm = norm  # the ball ``eps`` is a radius of: a row outside it decides nothing (FAB's outside points)
         self._seen: List[Tuple[torch.Tensor, torch.Tensor]] = []
         self.n_forward = 0
         self.n_backward = 0
@@ -158,7 +159,12 @@ class Counted(torch.nn.Module):
         if who is not None:
             self.per_forward += torch.bincount(who, minlength=len(self.per_forward)).double()
             if self._labels is not None and out.dim() == 2:
-                self._observe(who, near[1], out)
+                dist = near[1]
+                if self._norm == "l2":  # the owner is the nearest in L-inf; the ball is an L2 one
+                    with torch.no_grad():
+                        rows = x.detach().flatten(1).float().to(self._orig.device)
+                        dist = (rows - self._orig[who.to(self._orig.device)]).norm(dim=1).to(dist.device)
+                self._observe(who, dist, out)
         else:
             self._orig = None  # one row without an owner: the per-sample counts would be incomplete
             self._labels = None

@@ -35,7 +35,7 @@ from ..specs import Unit, chunks
 from . import Benchmark, Column, benchmarks
 from .ladder import DESIGN, FAMILIES, PROBE, Ladder, LadderSpec, RungResult, climb, planned_round, run_rung
 from .ladder.probes import (NOISE_COSINE, batch_dependent, gradient_draws, gradients_mislead,
-                            gradients_unavailable, predictions_unstable)
+                            gradients_unavailable, passes_differ)
 from .adv_images import keep_adversarial
 
 CONVERGE = "converge"
@@ -47,17 +47,20 @@ def _clock(seconds: float) -> str:
 META = {"attack_label": "Converged", "norm": "linf", "white_box": True, "worst_case": True, "paper_eps": float("nan")}
 
 
-def rung0_attacks(ctx: Any) -> Dict[float, List[Tuple[str, str]]]:
-    """eps -> the user's L-inf worst-case attacks at it, as (name, canonical settings JSON): the
-    standard protocol's settings, i.e. exactly those its adversarial units hash and seed from."""
-    out: Dict[float, List[Tuple[str, str]]] = {}
+LADDER_NORMS = ("linf", "l2")  # the threat models the ladder has rungs for (each family in both forms)
+
+
+def rung0_attacks(ctx: Any) -> Dict[Tuple[str, float], List[Tuple[str, str]]]:
+    """(norm, eps) -> the user's worst-case attacks in that threat model at it, as (name, canonical settings JSON):
+    the standard protocol's settings, i.e. exactly those its adversarial units hash and seed from."""
+    out: Dict[Tuple[str, float], List[Tuple[str, str]]] = {}
     for a in ctx.spec.attacks:
         attack = make_attack(a.attack, **a.params)
         params = attack.params()
-        if attack.norm != "linf" or not attack.worst_case:
+        if attack.norm not in LADDER_NORMS or not attack.worst_case:
             continue
         js = json.dumps(params, sort_keys=True)
-        lst = out.setdefault(float(params["eps"]), [])
+        lst = out.setdefault((attack.norm, float(params["eps"])), [])
         if (a.attack, js) not in lst:
             lst.append((a.attack, js))
     return out
@@ -67,9 +70,11 @@ def converge_units(ctx: Any) -> List[Unit]:
     """One unit per eps and chunk (added to the adversarial plan when ``spec.converge`` is set)."""
     spec = LadderSpec.from_options(ctx.spec.converge)
     units: List[Unit] = []
-    for eps, rung0 in rung0_attacks(ctx).items():
-        js = json.dumps({"rung0": [[n, json.loads(p)] for n, p in rung0], "ladder": spec.as_dict(),
-                         "design": DESIGN}, sort_keys=True)
+    for (norm, eps), rung0 in rung0_attacks(ctx).items():
+        key = {"rung0": [[n, json.loads(p)] for n, p in rung0], "ladder": spec.as_dict(), "design": DESIGN}
+        if norm != "linf":  # (an L-inf unit's key is what it was before the ladder had L2 rungs)
+            key["norm"] = norm
+        js = json.dumps(key, sort_keys=True)
         for s, e in chunks(len(ctx.indices), ctx.spec.chunk_size):
             units.append(Unit(CONVERGE, CONVERGE, eps, js, "", s, e))
     return units
@@ -105,11 +110,12 @@ class Converge(Benchmark):
         them costs more than this)."""
         p = json.loads(unit.params)
         s = LadderSpec.from_options(p["ladder"])
+        norm = p.get("norm", "linf")
         # the probes: one instability draw, at most two batch-context passes, the gradient probes
         fwd, fb = 8.0, 5.0
         for r in range(1, s.rounds + 1):
             share = 1.0 if r == 1 else s.near_share
-            for rung in planned_round(s, float(unit.eps), r, unstable=False, no_grad=False):
+            for rung in planned_round(s, float(unit.eps), r, unstable=False, no_grad=False, norm=norm):
                 f, b = make_attack(rung.attack, **rung.params).passes()
                 fwd, fb = fwd + share * (f + 1), fb + share * b  # + the verdict pass
         for name, params in p["rung0"]:
@@ -120,6 +126,7 @@ class Converge(Benchmark):
     def _run(self, ctx: Any, unit: Unit) -> Dict[str, Column]:
         p = json.loads(unit.params)
         spec = LadderSpec.from_options(p["ladder"])
+        norm = p.get("norm", "linf")
         model, attacked = ctx.verdict_model(), ctx.attacked_model()
         xs, ys, sids, logits = [], [], [], []
         robust_parts, flag_parts, fwd0, bwd0, worst_parts = [], [], [], [], []
@@ -161,14 +168,18 @@ class Converge(Benchmark):
         flagged = torch.cat(flag_parts).cpu()
         # probes: repeated clean passes (randomised model?), the same samples in another batch (outputs depend on
         # the batch?) and input gradients of the still-robust samples
+        # (one repeated pass of every batch as the clean pass scored them: the instability probe compares the clean-
+        # correct samples, and the batch-context probe reuses the first batch's, which is its own "same batch again")
         sel = c1.nonzero().squeeze(1)
-        unstable = bool(len(sel)) and predictions_unstable(model, x[sel], clean[sel], spec.unstable_rtol, draws=1)
-        ladder.charge(PROBE, sel.cpu(), torch.ones(len(sel)), torch.zeros(len(sel)))
         bs = max(1, ctx.batch_size)
         first = slice(0, min(bs, len(y)))  # the first batch, as the clean pass scored it
-        dependent = batch_dependent(model, x[first], clean[first], spec.batch_rtol)
+        with torch.no_grad():
+            again = torch.cat([model(x[s:s + bs]).float() for s in range(0, len(y), bs)])
+        unstable = passes_differ(again[sel.to(again.device)], clean[sel.to(clean.device)].float(), spec.unstable_rtol)
+        ladder.charge(PROBE, everyone, torch.ones(len(y)), torch.zeros(len(y)))
+        dependent = batch_dependent(model, x[first], clean[first], spec.batch_rtol, again=again[first])
         ladder.charge(PROBE, torch.arange(min(4, len(y))), torch.ones(min(4, len(y))), torch.zeros(min(4, len(y))))
-        ladder.charge(PROBE, torch.arange(first.stop), torch.full((first.stop,), 2.0), torch.zeros(first.stop))
+        ladder.charge(PROBE, torch.arange(first.stop), torch.ones(first.stop), torch.zeros(first.stop))
         no_grad = torch.zeros(len(y), dtype=torch.bool)
         rob = ladder.robust.nonzero().squeeze(1)
         for s in range(0, len(rob), bs):
@@ -195,12 +206,12 @@ class Converge(Benchmark):
             ladder.misleading[idx] |= (cos < NOISE_COSINE).cpu()
         ladder.charge(PROBE, probe, torch.full((len(probe),), 2.0), torch.full((len(probe),), 2.0))
         ctx.spend(work_of(float(ladder.forward[PROBE].sum()), float(ladder.backward[PROBE].sum())))
-        where = f"converge eps={eps_text(unit.eps, 'linf')} [{unit.start}:{unit.stop}]"
+        where = f"converge eps={eps_text(unit.eps, norm)} [{unit.start}:{unit.stop}]"
 
         def on_round(r: int, kind: str, scopes: Dict[str, torch.Tensor], queries: int) -> None:
             """The round's planned passes, made room for on the bar (a round is decided as the ladder runs)."""
             cost = 0.0
-            for rung in planned_round(spec, float(unit.eps), r, unstable or random_grads, False, queries):
+            for rung in planned_round(spec, float(unit.eps), r, unstable or random_grads, False, queries, norm):
                 f, b = make_attack(rung.attack, **rung.params).passes()
                 k = int((ladder.robust & scopes[rung.family or "gradient"]).sum())
                 cost += k * work_of(f + 1, b)
@@ -223,10 +234,10 @@ class Converge(Benchmark):
                                 check=lambda t, stage: check_finite(t, ctx, unit, stage), report=report)
 
         climb(ladder, spec, unit.eps, run, unstable=unstable, no_grad=no_grad, batch_dependent=dependent,
-              random_gradients=random_grads, on_round=on_round)
-        keep_adversarial(ctx, unit, sids, x, ladder.worst, y, "linf", unit.eps)  # --save-adv: each sample's worst case
+              random_gradients=random_grads, on_round=on_round, norm=norm)
+        keep_adversarial(ctx, unit, sids, x, ladder.worst, y, norm, unit.eps)  # --save-adv: each sample's worst case
         rec = self._records(ladder, sids, x, y, clean, c1, rung0_robust, flagged, no_grad, unstable, dependent,
-                            spec, rung0)
+                            spec, rung0, norm)
         rec.update(evidence_columns(ladder, spec, unstable, random_grads))
         return rec
 
@@ -275,8 +286,8 @@ class Converge(Benchmark):
 
     def _records(self, ladder: Ladder, sids: List[str], x: torch.Tensor, y: torch.Tensor, clean: torch.Tensor,
                  c1: torch.Tensor, rung0_robust: torch.Tensor, flagged: torch.Tensor, no_grad: torch.Tensor,
-                 unstable: bool, dependent: bool, spec: LadderSpec, rung0: List[Tuple[str, Dict[str, Any]]]
-                 ) -> Dict[str, Column]:
+                 unstable: bool, dependent: bool, spec: LadderSpec, rung0: List[Tuple[str, Dict[str, Any]]],
+                 norm: str = "linf") -> Dict[str, Column]:
         n = len(y)
         # the worst-case point of each sample: the point of the rung that broke it (the clean image while robust)
         delta = (ladder.worst.float() - x.detach().cpu().float()).flatten(1)
@@ -305,7 +316,7 @@ class Converge(Benchmark):
                     "converge_rounds": ",".join(str(r.get("round", 1)) for r in h),
                     "converge_history": json.dumps(h, sort_keys=True),
                     "converge_unstable": bool(unstable), "converge_batch_dependent": bool(dependent),
-                    "converge_tolerance": spec.tolerance(n), **META})
+                    "converge_tolerance": spec.tolerance(n), **META, "norm": norm})
         return rec
 
 

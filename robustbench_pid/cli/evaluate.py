@@ -146,6 +146,15 @@ def run(args: argparse.Namespace) -> int:
     text = format_converge(pd.read_csv(summary_path))
     if text:
         print("\n" + text)
+    if str(spec.model).startswith("robustbench:"):  # the entry's published numbers beside this run's
+        import json
+
+        from ..results.summaries.leaderboard import format_leaderboard
+
+        board = format_leaderboard(pd.read_csv(summary_path), pd.read_parquet(out / "records.parquet"),
+                                   json.loads((out / "run.json").read_text()))
+        if board:
+            print("\n" + board)
     if spec.benchmark == "adversarial" and spec.attacks:
         from ..results.report.diagnostics import checks_that_apply, diagnose, format_findings
 

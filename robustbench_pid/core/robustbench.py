@@ -11,7 +11,7 @@ import json
 import re
 from functools import lru_cache
 from importlib import resources
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from ..errors import UserError
 
@@ -31,14 +31,20 @@ def source() -> str:
     return f"{s['repository']}@{s['commit']}"
 
 
-def leaderboard(dataset: str) -> Dict[str, Any]:
-    """The leaderboard of ``dataset`` (threat model, eps text, size, sample set), or one error naming those there are."""
+THREATS = {"robustbench": "Linf", "robustbench-l2": "L2"}  # leaderboard suite -> RobustBench's threat model
+
+
+def leaderboard(dataset: str, threat: str = "Linf") -> Dict[str, Any]:
+    """The ``threat`` leaderboard of ``dataset`` (threat model, eps text, size, sample set), or one error naming
+    those there are. Keys in the facts: the dataset for L-inf, ``<dataset>/<threat>`` for the others."""
     boards = {k: v for k, v in facts()["leaderboards"].items() if k != "sources"}
-    if dataset not in boards:
-        raise UserError(f"RobustBench has no leaderboard this project can run on dataset {dataset!r}; it has "
-                        f"{', '.join(sorted(boards))} (Linf): use --dataset imagenet, cifar10 or cifar100, or run the attacks "
-                        f"yourself (e.g. --attack autoattack --eps 4/255)")
-    return boards[dataset]
+    key = dataset if threat == "Linf" else f"{dataset}/{threat}"
+    if key not in boards:
+        have = ", ".join(f"{k.split('/')[0]} {v['threat_model']} {v['eps']}" for k, v in sorted(boards.items()))
+        raise UserError(f"RobustBench has no {threat} leaderboard this project can run on dataset {dataset!r}; it has "
+                        f"{have}: use one of those (--suite robustbench for L-inf, --suite robustbench-l2 for L2), or "
+                        f"run the attacks yourself (e.g. --attack autoattack --eps 4/255)")
+    return boards[key]
 
 
 @lru_cache(maxsize=1)
@@ -74,6 +80,23 @@ def cifar(name: str) -> Dict[str, Any]:
 
 def cifar10() -> Dict[str, Any]:
     return cifar("cifar10")
+
+
+@lru_cache(maxsize=1)
+def _entries() -> Dict[str, Any]:
+    return json.loads((resources.files("robustbench_pid.core") / "_data" / "robustbench_entries.json").read_text())
+
+
+def published(dataset: str, threat: str, name: str) -> Optional[Dict[str, Any]]:
+    """RobustBench's published numbers of one model-zoo entry (its ``model_info`` file's clean_acc, autoattack_acc,
+    external, eps, unreliable, as strings of percent), or None where the repository has no file for it. Pinned by
+    scripts/robustbench_entries.py from the repository at the facts' commit (``entries_source``)."""
+    return _entries()["entries"].get(f"{dataset}/{threat}/{name}")
+
+
+def entries_source() -> str:
+    s = _entries()["source"]
+    return f"{s['repository']}@{s['commit'][:12]} ({s['files']})"
 
 
 def check_value(name: str, value: Any) -> bool:

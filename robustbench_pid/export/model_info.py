@@ -2,9 +2,11 @@
 its verified records; what it cannot know (paper title, authors, venue, link, ...) from the caller.
 
 Fields and types are RobustBench's (``core/robustbench.py``, read from its repository with the commit recorded):
-accuracies are strings of percent with two decimals; ``external`` is the converged value of ``--converge`` (the
-leaderboard shows it as the best known robust accuracy) with a footnote naming the ladder and its status;
-``unreliable`` is true when a gradient-masking diagnostic fired or the ladder did not converge. Pandas only.
+accuracies are strings of percent with two decimals; ``external`` is the converged value of ``--converge`` where it
+is lower than AutoAttack's (RobustBench fills it from an external evaluation that found less; the leaderboard shows
+it as the best known robust accuracy), with a footnote naming the ladder and its status either way; ``unreliable`` is
+true when a gradient-masking diagnostic fired or the ladder did not converge. The threat model is the AutoAttack
+condition's: ``autoattack`` (Linf) or ``autoattack_l2`` (L2). Pandas only.
 """
 from __future__ import annotations
 
@@ -43,7 +45,7 @@ class Entry:
     """The entry, its threat model folder, and what it was built from."""
 
     info: Dict[str, Any]
-    threat: str  # "Linf" or "corruptions"
+    threat: str  # "Linf", "L2" or "corruptions"
     condition: Optional[Dict[str, Any]] = None  # the condition whose images go with it (attack, eps)
     missing: List[str] = field(default_factory=list)  # fields the run cannot know and nobody gave
     notes: List[str] = field(default_factory=list)
@@ -83,58 +85,82 @@ def _common(info: Dict[str, Any], given: Given, dataset: str) -> Tuple[Dict[str,
     return base, missing
 
 
+AUTOATTACKS = {"autoattack": ("Linf", "linf"), "autoattack_l2": ("L2", "l2")}  # attack -> (threat, norm)
+
+
+def _threat_attack(summary: pd.DataFrame, info: Dict[str, Any]) -> str:
+    """The AutoAttack condition an entry reports: the leaderboard's threat model for a leaderboard run, else the
+    one threat model the run has AutoAttack in."""
+    present = [a for a in AUTOATTACKS if not _top1(summary[summary["benchmark"] == "adversarial"], a).empty]
+    if not present:
+        raise UserError(f"{info.get('path')}: no AutoAttack condition, and a RobustBench entry reports AutoAttack's "
+                        f"robust accuracy: run `evaluate --attack autoattack --eps 4/255 --save-adv` (L2: --attack "
+                        f"autoattack_l2 --eps 0.5; or --suite robustbench / robustbench-l2) and export that run")
+    board = (info.get("leaderboard") or {}).get("threat_model")
+    chosen = [a for a in present if AUTOATTACKS[a][0] == board] or present
+    if len(chosen) > 1:
+        raise UserError(f"{info.get('path')}: AutoAttack ran in both the Linf and the L2 threat model; a RobustBench "
+                        f"entry is one of them: export a run with one")
+    return chosen[0]
+
+
 def linf_entry(records: pd.DataFrame, summary: pd.DataFrame, info: Dict[str, Any], given: Given) -> Entry:
-    """The Linf entry of an AutoAttack run (``--converge`` adds the external evaluation)."""
+    """The Linf or L2 entry of an AutoAttack run (``--converge`` in the same threat model adds the external
+    evaluation where it found less)."""
     from ..results.report.diagnostics import diagnose
 
     if info.get("protocol") != "standard":
         raise UserError(f"{info.get('path')} ran the {info.get('protocol')!r} protocol (normalised eps, no clipping, the "
                         f"model's own labels): not RobustBench's threat model; export a --protocol standard run")
-    aa = _top1(summary, "autoattack")
+    attack = _threat_attack(summary, info)
+    threat, norm = AUTOATTACKS[attack]
+    aa = _top1(summary, attack)
     aa = aa[aa["benchmark"] == "adversarial"]
-    if aa.empty:
-        raise UserError(f"{info.get('path')}: no AutoAttack condition, and a RobustBench entry reports AutoAttack's "
-                        f"robust accuracy: run `evaluate --attack autoattack --eps 4/255 --save-adv` (or --suite "
-                        f"robustbench) and export that run")
     eps_all = sorted(set(aa["eps"].astype(float)))
     eps = given.eps
     if eps is None:
         board = (info.get("leaderboard") or {}).get("eps")
-        eps = next((e for e in eps_all if board and eps_text(e, "linf") == board), None)
+        eps = next((e for e in eps_all if board and eps_text(e, norm) == board), None)
         if eps is None and len(eps_all) == 1:
             eps = eps_all[0]
-    if eps is None or _top1(aa, "autoattack", eps).empty:
-        raise UserError(f"{info.get('path')}: AutoAttack ran at {', '.join(eps_text(e, 'linf') for e in eps_all)}; "
+    if eps is None or _top1(aa, attack, eps).empty:
+        raise UserError(f"{info.get('path')}: AutoAttack ran at {', '.join(eps_text(e, norm) for e in eps_all)}; "
                         f"choose the entry's eps with --eps (one of them)")
-    row = _top1(aa, "autoattack", eps).iloc[0]
+    row = _top1(aa, attack, eps).iloc[0]
     clean = _top1(summary[summary["benchmark"] == "adversarial"], "clean")
     n = int(row["n"])
     base, missing = _common(info, given, str(info.get("dataset")))
-    entry = {**base, "eps": eps_text(eps, "linf"), "clean_acc": pct(clean["value"].iloc[0]),
+    entry = {**base, "eps": eps_text(eps, norm), "clean_acc": pct(clean["value"].iloc[0]),
              "reported": given.reported or "", "autoattack_acc": pct(row["value"])}
     ok, why = comparability(info, n)
     sample_text = "RobustBench's sample set" if ok else "not RobustBench-comparable: " + "; ".join(why)
-    foot = [f"Evaluated with robustbench_pid {__version__}: AutoAttack (standard), Linf {eps_text(eps, 'linf')}, "
+    foot = [f"Evaluated with robustbench_pid {__version__}: AutoAttack (standard), {threat} {eps_text(eps, norm)}, "
             f"on {n:,} {info.get('dataset')} images ({sample_text})."]
     reasons = [f"diagnostic {f.code}" for f in diagnose(records)]
     conv = _top1(summary, "converge", eps)
-    condition = {"attack": "autoattack", "eps": eps}
+    if "norm" in conv.columns:
+        conv = conv[conv["norm"].fillna("linf").astype(str) == norm]
+    condition = {"attack": attack, "eps": eps}
     if not conv.empty:
         c = conv.iloc[0]
         status = str(c.get("status", ""))
         rungs = _rungs(records, eps)
-        entry["external"] = pct(c["value"])
-        foot.append(f"{pct(c['value'])}% robust accuracy is the converged value of robustbench_pid's --converge "
-                    f"ladder ({rungs}), status: {status}.")
+        if round(float(c["value"]), 2) < round(float(row["value"]), 2):  # lower at the entry's two decimals
+            entry["external"] = pct(c["value"])
+            foot.append(f"{pct(c['value'])}% robust accuracy is the converged value of robustbench_pid's --converge "
+                        f"ladder ({rungs}), status: {status}; below AutoAttack's.")
+            condition = {"attack": "converge", "eps": eps}
+        else:
+            foot.append(f"robustbench_pid's --converge ladder ({rungs}, status: {status}) found no more than AutoAttack "
+                        f"({pct(c['value'])}%), so the entry has no external evaluation.")
         if status != "converged":
             reasons.append(f"the ladder's status is {status!r}")
-        condition = {"attack": "converge", "eps": eps}
     if reasons:
         foot.append("Potentially unreliable: " + "; ".join(dict.fromkeys(reasons)) + ".")
     entry["footnote"] = " ".join(foot)
     entry["unreliable"] = bool(reasons)
     notes = [] if ok else [f"this entry is not RobustBench-comparable: {'; '.join(why)}"]
-    return Entry(_ordered(entry), "Linf", condition, missing, notes)
+    return Entry(_ordered(entry), threat, condition, missing, notes)
 
 
 def _rungs(records: pd.DataFrame, eps: float) -> str:

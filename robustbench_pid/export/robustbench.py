@@ -3,9 +3,9 @@ written from one finished run.
 
 DIR gets, in RobustBench's own layout (facts and sources: ``core/_data/robustbench.json``):
 
-- ``model_info/<dataset>/<Linf|corruptions>/<model id>.json``: the entry (``model_info.py``), written last, so a
+- ``model_info/<dataset>/<Linf|L2|corruptions>/<model id>.json``: the entry (``model_info.py``), written last, so a
   file there means everything beside it is complete;
-- Linf: ``external_evaluation/<model id>.pt``, the adversarial images as RobustBench's external-evaluation template
+- Linf and L2: ``external_evaluation/<model id>.pt``, the adversarial images as RobustBench's external-evaluation template
   asks ("a .pt tensor of the same size as the corresponding test set"): float32 (n, C, H, W) in [0, 1], in the
   run's sample order, which is the test set's order (``--converge``: each sample's worst case, else AutoAttack's
   final points; a plain tensor, loadable with ``torch.load(..., weights_only=True)``), and

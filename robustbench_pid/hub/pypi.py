@@ -66,7 +66,8 @@ def file_url(pin: Pin, index_url: Optional[str] = None, timeout: float = 30.0) -
         raise PyPIUnreachable(f"PyPI could not be reached ({page}: {getattr(exc, 'reason', None) or exc}); check "
                               f"the network or pass another index (index_url= / $PIP_INDEX_URL)") from None
     except ValueError:
-        raise PinnedFileError(f"{page} is not a JSON simple-API page (PEP 691); pass an index that serves one") from None
+        raise PinnedFileError(f"{page} is not a JSON simple-API page (PEP 691); pass an index that serves "
+                              f"one") from None
     for f in listing.get("files", []):
         if f.get("filename") == pin.file:
             listed = (f.get("hashes") or {}).get("sha256")

@@ -246,7 +246,7 @@ def build_spec(model: str, *, attack: Union[None, str, Sequence[str]] = None, ep
     check_save_adv(save_adv, benchmark, protocol, specs)
     from .suites import leaderboard_options
 
-    fixed = leaderboard_options(suite, dataset, subset, protocol)  # --suite robustbench: the leaderboard's samples
+    fixed = leaderboard_options(suite, dataset, subset, protocol, model)  # a leaderboard suite: its samples
     split, dataset_options = _dataset_request(dataset, split, data_root, imagenet_root, subset, skip_unreadable, fixed,
                                               dry_run)
     if dataset_options:
@@ -312,16 +312,20 @@ def check_converge(converge: Any, tol: Union[None, float, str], opt: KeyValues, 
     if benchmark != "adversarial":
         raise UserError(f"--converge escalates attacks: it needs the adversarial benchmark, not {benchmark!r}")
     from ..attacks import get_attack
+    from ..benchmarks.converge import LADDER_NORMS
     from ..benchmarks.ladder import LadderSpec
 
-    if not any(get_attack(s.attack).norm == "linf" and get_attack(s.attack).worst_case for s in specs):
-        raise UserError("--converge needs at least one L-inf attack to start from (rung 0), e.g. --attack pgd "
-                        "--eps 4/255; the ladder's rungs are L-inf attacks at the same eps")
-    others = sorted({s.attack for s in specs if not (get_attack(s.attack).norm == "linf"
-                                                     and get_attack(s.attack).worst_case)})
+    def laddered(name: str) -> bool:
+        return get_attack(name).norm in LADDER_NORMS and get_attack(name).worst_case
+
+    if not any(laddered(s.attack) for s in specs):
+        raise UserError("--converge needs at least one L-inf or L2 worst-case attack to start from (rung 0), e.g. "
+                        "--attack pgd --eps 4/255 or --attack pgd_l2 --eps 0.5; the ladder's rungs are attacks in "
+                        "the same threat model at the same eps")
+    others = sorted({s.attack for s in specs if not laddered(s.attack)})
     if others:
-        print(f"note: --converge: no converged value for {', '.join(others)}: the ladder escalates the L-inf "
-              f"worst-case attacks only", file=sys.stderr)
+        print(f"note: --converge: no converged value for {', '.join(others)}: the ladder escalates the L-inf and "
+              f"L2 worst-case attacks only", file=sys.stderr)
     options = key_values(opt, "--converge-opt")
     if tol is not None:
         if "tol_share" in options:

@@ -33,7 +33,7 @@ from ..core.shipped import shipped_dir
 from ..specs import AttackSpec
 
 TOP_KEYS = {"description", "attack", "leaderboard"}
-LEADERBOARDS = ("robustbench",)
+LEADERBOARDS = ("robustbench", "robustbench-l2")  # core/robustbench.py THREATS: the threat model of each
 
 
 def suites_dir() -> Path:
@@ -81,9 +81,9 @@ def load_suite(name: str, dataset: Optional[str] = None) -> Dict[str, Any]:
                         f"{', '.join(LEADERBOARDS)}")
     board_eps = None
     if board is not None and dataset is not None:
-        from ..core.robustbench import leaderboard
+        from ..core.robustbench import THREATS, leaderboard
 
-        board_eps = parse_eps(leaderboard(dataset)["eps"])
+        board_eps = parse_eps(leaderboard(dataset, THREATS[board])["eps"])
     entries = data.get("attack", [])
     if not isinstance(entries, list) or not entries or not all(isinstance(e, dict) for e in entries):
         raise UserError(f"{path}: needs at least one [[attack]] table (key 'attack' must be an array of tables)")
@@ -124,14 +124,23 @@ def load_suite(name: str, dataset: Optional[str] = None) -> Dict[str, Any]:
             "leaderboard": board}
 
 
-def leaderboard_options(suite: Optional[str], dataset: str, subset: Optional[int], protocol: str) -> Dict[str, Any]:
+def leaderboard_options(suite: Optional[str], dataset: str, subset: Optional[int], protocol: str,
+                        model: Optional[str] = None) -> Dict[str, Any]:
     """The dataset options a leaderboard suite sets (ImageNet: RobustBench's sample list), refusing what would make
-    its numbers another protocol's: a seeded --subset, the paper protocol. {} for any other suite."""
-    if not suite or load_suite(suite)["leaderboard"] is None:
+    its numbers another protocol's: a seeded --subset, the paper protocol, a RobustBench entry of another threat model
+    (``robustbench:L2/NAME`` under the L-inf leaderboard). {} for any other suite."""
+    name = load_suite(suite)["leaderboard"] if suite else None
+    if name is None:
         return {}
-    from ..core.robustbench import leaderboard
+    from ..core.robustbench import THREATS, leaderboard
 
-    board = leaderboard(dataset)  # refuses a dataset without a leaderboard here
+    board = leaderboard(dataset, THREATS[name])  # refuses a dataset without that leaderboard here
+    if isinstance(model, str) and model.startswith("robustbench:"):
+        threat = model[len("robustbench:"):].rpartition("/")[0] or "Linf"
+        if threat != THREATS[name]:
+            other = {v: k for k, v in THREATS.items()}.get(threat)
+            raise UserError(f"--model {model} is RobustBench's {threat} entry and --suite {suite} its {THREATS[name]} "
+                            f"leaderboard" + (f": use --suite {other}" if other else ": no leaderboard suite runs it"))
     if subset is not None:
         raise UserError(f"--suite {suite} runs the leaderboard's own sample set ({board['samples']}); drop --subset "
                         f"(--limit N takes its first N, recorded as not comparable)")
@@ -145,11 +154,12 @@ def leaderboard_provenance(spec: Any, n_samples: int, dataset_prov: Dict[str, An
     """What run.json records of a leaderboard suite's run: the protocol, its source, and whether the numbers are
     comparable with the leaderboard (and why not: fewer images, reduced precision, a copy that is not the
     published file, skipped images). None for other runs."""
-    if not spec.suite or load_suite(spec.suite)["leaderboard"] is None:
+    name = load_suite(spec.suite)["leaderboard"] if spec.suite else None
+    if name is None:
         return None
     from ..core import robustbench as rb
 
-    board = rb.leaderboard(spec.dataset)
+    board = rb.leaderboard(spec.dataset, rb.THREATS[name])
     why = []
     if n_samples != board["n"]:
         why.append(f"{n_samples:,} of the leaderboard's {board['n']:,} images" + (" (--limit)" if spec.limit else ""))

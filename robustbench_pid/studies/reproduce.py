@@ -212,7 +212,8 @@ def converge_eligible(row: Row) -> Tuple[bool, str]:
         return False, "not an attack row (clean, corruption or OOD metrics have no eps-ball to converge over)"
     cls = get_attack(row.attack["name"])
     if cls.norm != "linf":
-        return False, f"{cls.norm.upper()} attack: the ladder's rungs are L-inf attacks"
+        return False, (f"{cls.norm.upper()} attack: the study converges its L-inf rows only (the seed tables' "
+                       f"converged columns)")
     if not cls.worst_case:
         return False, "random noise is not a worst-case search"
     eps = attack_settings(row).get("eps")

@@ -18,7 +18,7 @@ from typing import Any, Callable, Optional
 import torch
 
 from .._box import to_unit_box
-from ..base import Attack, Bounds, project_linf
+from ..base import Attack, Bounds, project_ball
 from ..square import rng_devices, seed_from
 from ..telemetry import Counted
 
@@ -48,7 +48,7 @@ def run_library(attack: Attack, model: torch.nn.Module, x: torch.Tensor, y: torc
                 call: Optional[Callable[[Any, torch.Tensor, torch.Tensor], torch.Tensor]] = None) -> torch.Tensor:
     """``build`` the library attack on the boxed model, run it on (x, y), return points in the ball."""
     seed = seed_from(generator)
-    counted = Counted(model, x, labels=y, eps=attack.eps)
+    counted = Counted(model, x, labels=y, eps=attack.eps, norm=attack.norm)
     boxed, u, eps, back = to_unit_box(counted, x, attack.eps, bounds)
     obj = build(boxed, eps, seed)
     with torch.random.fork_rng(devices=rng_devices(x)):
@@ -56,7 +56,7 @@ def run_library(attack: Attack, model: torch.nn.Module, x: torch.Tensor, y: torc
         counted.settle(attack.telemetry)
     attack.stats.update(counted.progress() or {})  # how near, and how lately, the search came (the ladder's stop rule)
     # undo the affine map, then remove its float rounding (~1e-8) so the ball holds exactly
-    return project_linf(back(u_adv.detach()), x, attack.eps, bounds)
+    return project_ball(back(u_adv.detach()), x, attack.eps, bounds, attack.norm)
 
 
 def need_classes(attack: Attack, model: torch.nn.Module, x: torch.Tensor, least: int, what: str) -> int:

@@ -13,9 +13,9 @@ from typing import Tuple
 
 import torch
 
-from .. import attacks
+from .. import attacks, register_l2
 from ._library import need_classes, quiet_logger, run_library
-from ..base import Attack, Bounds
+from ..base import LIBRARY_NORM, Attack, Bounds
 
 
 @attacks.register("apgd_eot")
@@ -57,9 +57,13 @@ class APGDEOT(Attack):
         from pyautoattack.autopgd_base import APGDAttack
 
         def build(net: torch.nn.Module, eps: float, seed: int) -> APGDAttack:
-            return APGDAttack(net, n_iter=self.steps, norm="Linf", n_restarts=self.restarts, eps=eps, seed=seed,
+            return APGDAttack(net, n_iter=self.steps, norm=LIBRARY_NORM[self.norm],
+                              n_restarts=self.restarts, eps=eps, seed=seed,
                               loss=self.loss, eot_iter=self.eot_iter, device=x.device, logger=quiet_logger())
 
         if self.loss == "dlr":
             need_classes(self, model, x, 3, "'apgd_eot' with loss 'dlr'")
         return run_library(self, model, x, y, bounds, generator, build)
+
+
+APGDEOTL2 = register_l2(APGDEOT, "apgd_eot_l2", "APGD-EOT-L2")

@@ -17,7 +17,8 @@ came, on the scale Square's nearness uses (one forward pass per sample and targe
 compare the two families' evidence, and ``stats["target_order"]`` / ``stats["target_reach"]`` keep the classes in the
 order attacked and that nearness per class (-inf: not attacked), so a ladder can give its deep runs the classes a
 short sweep actually came nearest on. ``order`` (set on the object, not a setting) replaces the ranking with one
-given per sample: the classes the caller measured nearest first (no ranking passes are spent then).
+given per sample: the classes the caller measured nearest first (no ranking passes are spent then); a -1 in it
+skips that position for that sample (a ladder giving one sample a single class where others get three).
 """
 from __future__ import annotations
 
@@ -26,13 +27,15 @@ from typing import Optional, Tuple
 
 import torch
 
-from .. import attacks
+from .. import attacks, register_l2
 from ._library import need_classes, quiet_logger, run_library
-from ..base import Attack, Bounds, dlr_losses
+from ..base import LIBRARY_NORM, Attack, Bounds, dlr_losses
 
 
-def rank_targets(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, pool: int) -> torch.Tensor:
-    """(n, k) candidate classes per sample, nearest linearised L-inf boundary first (k = min(pool, classes-1))."""
+def rank_targets(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, pool: int, norm: str = "linf"
+                 ) -> torch.Tensor:
+    """(n, k) candidate classes per sample, nearest linearised boundary in ``norm`` first (k = min(pool,
+    classes-1)): the margin over the gradient's dual norm (L1 for L-inf, L2 for L2)."""
     x = x.detach().clone().requires_grad_(True)
     with torch.enable_grad():
         logits = model(x).float()
@@ -44,7 +47,8 @@ def rank_targets(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, pool:
         for j in range(k):
             diff = z_y - logits.gather(1, cand[:, j:j + 1]).squeeze(1)
             (g,) = torch.autograd.grad(diff.sum(), x, retain_graph=j < k - 1)
-            dist[:, j] = diff.detach() / (g.flatten(1).abs().sum(1) + 1e-12)
+            dual = g.flatten(1).abs().sum(1) if norm == "linf" else g.flatten(1).norm(dim=1)
+            dist[:, j] = diff.detach() / (dual + 1e-12)
     # a NaN distance (non-finite gradient) goes last, so a broken estimate never crowds out a real one
     dist = torch.nan_to_num(dist, nan=float("inf"))
     return cand.gather(1, dist.argsort(dim=1, stable=True))
@@ -71,7 +75,8 @@ class APGDRanked(Attack):
 
     def describe(self) -> str:
         which = f"targets {self.first}-{self.first + self.targets - 1}" if self.targets > 1 else f"target {self.first}"
-        return f"APGD-T-{self.steps} ({which} of {self.pool} ranked by boundary distance)"
+        head = "APGD-T" if self.norm == "linf" else "APGD-T-L2"
+        return f"{head}-{self.steps} ({which} of {self.pool} ranked by boundary distance)"
 
     def validate(self, loc: str = "") -> None:
         super().validate(loc)
@@ -101,7 +106,8 @@ class APGDRanked(Attack):
             raise ValueError(f"apgd_ranked: order must be (n, k) for the {len(x)} samples, got {tuple(given.shape)}")
 
         def build(net: torch.nn.Module, eps: float, seed: int) -> APGDAttack_targeted:
-            return APGDAttack_targeted(net, n_iter=self.steps, norm="Linf", n_restarts=1, eps=eps, seed=seed,
+            return APGDAttack_targeted(net, n_iter=self.steps, norm=LIBRARY_NORM[self.norm],
+                                       n_restarts=1, eps=eps, seed=seed,
                                        rho=self.rho, n_target_classes=1, device=x.device, logger=quiet_logger())
 
         def call(obj: APGDAttack_targeted, u: torch.Tensor, yy: torch.Tensor) -> torch.Tensor:
@@ -110,13 +116,13 @@ class APGDRanked(Attack):
             adv = u.clone()
             with torch.no_grad():
                 robust = obj.model(u).argmax(1) == yy
-            order = given.to(u.device) if given is not None else rank_targets(obj.model, u, yy, pool)
+            order = given.to(u.device) if given is not None else rank_targets(obj.model, u, yy, pool, self.norm)
             reach = torch.full(order.shape, float("-inf"), device=u.device)
             torch.random.manual_seed(obj.seed)
             for k in range(first - 1, min(first - 1 + targets, order.shape[1])):
-                idx = robust.nonzero().squeeze(1)
+                idx = (robust & (order[:, k] >= 0)).nonzero().squeeze(1)
                 if not idx.numel():
-                    break
+                    continue
                 obj.y_target = order[idx, k]
                 x_best, acc, _, adv_k = obj.attack_single_run(u[idx], yy[idx])
                 with torch.no_grad():
@@ -134,3 +140,6 @@ class APGDRanked(Attack):
         # convergence ladder uses to pick the samples its later rounds attack
         self.stats["best_loss"] = best
         return x_adv
+
+
+APGDRankedL2 = register_l2(APGDRanked, "apgd_ranked_l2", "APGD-T-L2 (ranked targets)")

@@ -13,9 +13,9 @@ from typing import Tuple
 
 import torch
 
-from .. import attacks
+from .. import attacks, register_l2
 from ._library import n_targets, need_classes, quiet_logger, run_library
-from ..base import Attack, Bounds
+from ..base import LIBRARY_NORM, Attack, Bounds
 
 
 @attacks.register("apgd_t")
@@ -48,8 +48,12 @@ class APGDT(Attack):
         k = n_targets(self.targets, need_classes(self, model, x, 4, "'apgd_t'"), "'apgd_t'")
 
         def build(net: torch.nn.Module, eps: float, seed: int) -> APGDAttack_targeted:
-            return APGDAttack_targeted(net, n_iter=self.steps, norm="Linf", n_restarts=self.restarts, eps=eps,
+            return APGDAttack_targeted(net, n_iter=self.steps, norm=LIBRARY_NORM[self.norm],
+                                       n_restarts=self.restarts, eps=eps,
                                        seed=seed, rho=self.rho, n_target_classes=k, device=x.device,
                                        logger=quiet_logger())
 
         return run_library(self, model, x, y, bounds, generator, build)
+
+
+APGDTL2 = register_l2(APGDT, "apgd_t_l2", "APGD-T-L2")

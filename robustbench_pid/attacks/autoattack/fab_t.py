@@ -13,9 +13,9 @@ from typing import Tuple
 
 import torch
 
-from .. import attacks
+from .. import attacks, register_l2
 from ._library import classes_of, n_targets, run_library
-from ..base import Attack, Bounds
+from ..base import LIBRARY_NORM, Attack, Bounds
 
 
 @attacks.register("fab_t")
@@ -63,7 +63,8 @@ class FABT(Attack):
         k = n_targets(self.targets, n_cls - (self.first - 1), "'fab_t'")
 
         def build(net: torch.nn.Module, eps: float, seed: int) -> FABAttack_PT:
-            return FABAttack_PT(net, norm="Linf", n_restarts=self.restarts, n_iter=self.steps, eps=eps, seed=seed,
+            return FABAttack_PT(net, norm=LIBRARY_NORM[self.norm],
+                                n_restarts=self.restarts, n_iter=self.steps, eps=eps, seed=seed,
                                 targeted=True, n_target_classes=k, device=x.device)
 
         first = self.first
@@ -82,10 +83,14 @@ class FABT(Attack):
                             break
                         adv_c = obj.attack_single_run(u[idx], yy[idx], use_rand_start=counter > 0, is_targeted=True)
                         ok = obj._predict_fn(adv_c).max(1)[1] == yy[idx]
-                        ok |= (u[idx] - adv_c).abs().reshape(len(idx), -1).max(1)[0] > obj.eps
+                        gap = (u[idx] - adv_c).reshape(len(idx), -1)
+                        ok |= (gap.abs().max(1)[0] if obj.norm == "Linf" else gap.norm(dim=1)) > obj.eps
                         hit = (~ok).nonzero().squeeze(1)
                         acc[idx[hit]] = False
                         adv[idx[hit]] = adv_c[hit]
             return adv
 
         return run_library(self, model, x, y, bounds, generator, build, None if first == 1 else later_targets)
+
+
+FABTL2 = register_l2(FABT, "fab_t_l2", "FAB-T-L2")

@@ -22,9 +22,9 @@ from typing import Tuple
 
 import torch
 
-from .. import attacks
+from .. import attacks, register_l2
 from .._box import to_unit_box
-from ..base import Attack, Bounds, project_linf
+from ..base import LIBRARY_NORM, Attack, Bounds, project_ball
 from ..telemetry import Counted
 from ..square import rng_devices, seed_from
 
@@ -62,7 +62,7 @@ class AutoAttack(Attack):
         seed = seed_from(generator)
         counted = Counted(model, x)
         model, x_in, eps, back = to_unit_box(counted, x, self.eps, bounds)
-        aa = _AA(model, norm="Linf", eps=eps, version="standard", seed=seed, device=x.device)
+        aa = _AA(model, norm=LIBRARY_NORM[self.norm], eps=eps, version="standard", seed=seed, device=x.device)
         log = logging.getLogger("auto-attack")
         level = log.level
         log.setLevel(logging.ERROR)  # its range/randomness checks are informational here
@@ -73,4 +73,14 @@ class AutoAttack(Attack):
         finally:
             log.setLevel(level)
         # undo the affine map, then remove its float rounding (~1e-8) so the ball holds exactly
-        return project_linf(back(u_adv), x, self.eps, bounds)
+        return project_ball(back(u_adv), x, self.eps, bounds, self.norm)
+
+
+def _describe_l2(self: AutoAttack) -> str:
+    return f"AutoAttack L2 ({self.version})"
+
+
+AutoAttackL2 = register_l2(AutoAttack, "autoattack_l2", "AutoAttack-L2",
+                           "AutoAttack standard in the L2 threat model (the library's ``norm='L2'``: the same four "
+                           "attacks in their L2 forms; RobustBench's CIFAR-10 L2 leaderboard is this at eps 0.5).",
+                           describe=_describe_l2)

@@ -23,9 +23,9 @@ Rounds (``planned_round``), each rung on the samples still robust after the rung
   sweep breaks cost APGD-CE nothing;
 - round r >= 2, only if the round before broke more than the tolerance: the same four families with a
   fresh start and a larger budget (``targets`` ranked classes at the full ``steps`` each, the next ones in
-  each later round; the next FAB target; Square with ``square_growth`` times the queries into round 2, and
-  in a later round only after a round in which Square broke a sample, else the same queries with fresh
-  draws: a larger search budget is spent only where the search still breaks samples). APGD-T and APGD-CE go to
+  each later round; the next FAB target; Square continuing each sample's search from its best point to
+  ``square_growth`` times the queries it had done, design 7: one search paused for the stop rule to look, not
+  fresh runs that repeat the large early squares). APGD-T and APGD-CE go to
   the still-robust samples nearest the boundary: the ``near_share`` with the least of their clean verdict margin
   left by any gradient family (A^3's observation that the samples a stronger attack still breaks are those a
   weaker one brought closest). The search families (FAB-T, Square) go back only where they were still closing in
@@ -72,7 +72,10 @@ that class); a sample the targeted family is still closing in on gets a fresh st
 on, not the next ranks; the nearest samples are those with the least of their clean verdict margin left by any
 gradient family (design 5 ranked by APGD-T's DLR loss alone, so a sample APGD-CE had brought to 0.005 never had a
 deep run); and a gradient search that stalled with at most ``near_miss`` (10%) of the clean margin left has not
-shown the sample robust (another start lands on either side), so the targeted family goes on there until its cap.
+shown the sample robust (another start lands on either side), so the targeted family gives it ``near_tries`` (1)
+fresh start on the class it came nearest on (design 7; design 6 went on to the cap, three classes a round, which
+was a large share of cnn_at 64/255's forward passes, and only the first extra start ever broke a sample); a start that
+is still gaining makes the sample one the family is closing in on, which goes on to the cap.
 
 Stop rule: a full round in which every family had its turn and which broke at most ``tolerance(n)`` =
 max(tol_min, floor(tol_share * n)) samples, with every family stalled on every sample left robust (all but the

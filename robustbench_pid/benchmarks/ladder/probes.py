@@ -1,7 +1,7 @@
 """The convergence ladder's probes: cheap checks of the model that decide which rungs run and which status a
 ladder may claim. Each answers one question about the model at the clean points, before any rung:
 
-- ``predictions_unstable``: do repeated forward passes disagree (a randomised model: the EOT rungs run)?
+- ``passes_differ``: does a repeated forward pass disagree (a randomised model: the EOT rungs run)?
 - ``batch_dependent``: does a sample's output change with the other samples in its batch (a batch statistic,
   BatchNorm left in training mode) by more than repeated passes of the same batch differ (a randomised model's
   noise is not batch dependence)? Then the rungs, which score verdicts on ever smaller subsets, could call a
@@ -76,24 +76,20 @@ def gradients_mislead(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, 
     return usable & ~(up > down)
 
 
-def predictions_unstable(model: torch.nn.Module, x: torch.Tensor, logits: torch.Tensor, rtol: float,
-                         draws: int = 2) -> bool:
-    """Do repeated clean forward passes disagree (argmax, or logits beyond ``rtol`` of their scale)?
-    A randomised model (dropout left on, random transforms) needs expectation over transformation."""
+def passes_differ(again: torch.Tensor, logits: torch.Tensor, rtol: float) -> bool:
+    """Does a repeated pass's ``again`` disagree with ``logits`` (argmax, or beyond ``rtol`` of their scale)? A
+    randomised model (dropout left on, random transforms) needs expectation over transformation."""
+    if not len(logits):
+        return False
     scale = float(logits.abs().max()) + 1e-12
-    with torch.no_grad():
-        for _ in range(draws):
-            again = model(x).float()
-            if (again.argmax(1) != logits.argmax(1)).any() or float((again - logits).abs().max()) > rtol * scale:
-                return True
-    return False
+    return bool((again.argmax(1) != logits.argmax(1)).any()) or float((again - logits).abs().max()) > rtol * scale
 
 
 NOISE_FACTOR = 3.0  # batch dependence must exceed this many times what repeated passes of the batch differ by
 
 
-def batch_dependent(model: torch.nn.Module, x: torch.Tensor, logits: torch.Tensor, rtol: float, probes: int = 4
-                    ) -> bool:
+def batch_dependent(model: torch.nn.Module, x: torch.Tensor, logits: torch.Tensor, rtol: float, probes: int = 4,
+                    again: Optional[torch.Tensor] = None) -> bool:
     """Do the logits of a few samples scored alone (batches of one), and in another company (the batch in
     reverse order), differ from their logits in the batch they were scored in (``logits``) beyond ``rtol`` of the
     logits' scale plus ``NOISE_FACTOR`` times what the same batch differs by when passed again? ``probes`` + 2
@@ -101,13 +97,14 @@ def batch_dependent(model: torch.nn.Module, x: torch.Tensor, logits: torch.Tenso
     so ``rtol`` sits well above rounding and far below what a batch statistic does (the whole scale). Why the
     repeated pass: on a randomised model (input noise at every pass) every pass differs, in any company; only a
     difference beyond that noise is the batch's doing (both maxima are over draws of one noise, so 3x is far above
-    their spread). A batch of one sample cannot show a dependence: False."""
+    their spread). ``again``: the batch's repeated pass where the caller already made it (the instability probe's),
+    which saves one pass of the batch. A batch of one sample cannot show a dependence: False."""
     if len(x) < 2:
         return False
     scale = float(logits.abs().max()) + 1e-12
     k = min(int(probes), len(x))
     with torch.no_grad():
-        again = model(x).float()
+        again = model(x).float() if again is None else again.float()
         alone = torch.cat([model(x[i:i + 1]).float() for i in range(k)])
         flipped = model(x.flip(0)).float().flip(0)
     if not bool(torch.isfinite(again).all()):

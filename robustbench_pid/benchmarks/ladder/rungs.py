@@ -7,7 +7,7 @@ exhaustion evidence of the stop rule, ``stop.py``)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 
@@ -31,6 +31,8 @@ class Rung:
     scope: str = "robust"  # robust | near | no-gradient
     # APGD-T's deep runs: per attacked sample, its candidate classes nearest first as round 1's sweep measured them
     order: Optional[torch.Tensor] = field(default=None, repr=False, compare=False)
+    # Square's later runs: per attacked sample, (sign pattern of its best point, queries done) to continue from
+    resume: Optional[Tuple[torch.Tensor, torch.Tensor]] = field(default=None, repr=False, compare=False)
 
     @property
     def near_by(self) -> str:
@@ -40,28 +42,33 @@ class Rung:
 
     def describe(self) -> str:
         text = make_attack(self.attack, **self.params).describe()
+        if self.resume is not None:
+            text = text.replace("Square-", "Square +", 1) + ", continuing each sample's run from its best point"
         return text if self.order is None else text.replace("ranked by boundary distance", "ranked by round 1's sweep")
 
 
 def planned_round(spec: LadderSpec, eps: float, r: int, unstable: bool, no_grad: bool,
-                  square_queries: Optional[int] = None) -> List[Rung]:
-    """The rungs of round ``r`` in order (see the module docstring). ``square_queries``: Square's budget this
-    round as ``climb`` grew it; None: the largest it can be (grown into every round), for cost estimates."""
+                  square_queries: Optional[int] = None, norm: str = "linf") -> List[Rung]:
+    """The rungs of round ``r`` in order (see the module docstring). ``square_queries``: Square's new queries this
+    round as ``climb`` set them; None: the most they can be (:meth:`LadderSpec.square_new`), for cost estimates.
+    ``norm``: the threat model; under L2 every family runs its L2 form (``*_l2``) and SPSA (an L-inf search) does not
+    run, so samples without gradients are left to Square and make the number an upper bound as they do under L-inf."""
     s, near = spec, ("robust" if r == 1 else "near")
-    queries = s.square_queries * s.square_growth ** (r - 1) if square_queries is None else int(square_queries)
+    n = (lambda a: a) if norm == "linf" else (lambda a: f"{a}_{norm}")
+    queries = s.square_new(r) if square_queries is None else int(square_queries)
     out: List[Rung] = []
     if unstable and r == 1:
-        out += [Rung("eot-ce", "apgd_eot", {"eps": eps, "steps": s.eot_steps, "eot_iter": s.eot_iter, "loss": "ce"}),
-                Rung("eot-dlr", "apgd_eot", {"eps": eps, "steps": s.eot_steps, "eot_iter": s.eot_iter, "loss": "dlr"})]
+        out += [Rung("eot-ce", n("apgd_eot"), {"eps": eps, "steps": s.eot_steps, "eot_iter": s.eot_iter, "loss": "ce"}),
+                Rung("eot-dlr", n("apgd_eot"), {"eps": eps, "steps": s.eot_steps, "eot_iter": s.eot_iter, "loss": "dlr"})]
     out += [
-        Rung(rung_id("apgd-t", r), "apgd_ranked", _targeted(s, eps, r), "targeted", r, near),
-        Rung(rung_id("apgd-ce", r), "apgd_ce", {"eps": eps, "steps": s.steps}, "ce", r, near),
-        Rung(rung_id("fab-t", r), "fab_t", {"eps": eps, "steps": s.fab_steps, "targets": s.fab_targets,
+        Rung(rung_id("apgd-t", r), n("apgd_ranked"), _targeted(s, eps, r), "targeted", r, near),
+        Rung(rung_id("apgd-ce", r), n("apgd_ce"), {"eps": eps, "steps": s.steps}, "ce", r, near),
+        Rung(rung_id("fab-t", r), n("fab_t"), {"eps": eps, "steps": s.fab_steps, "targets": s.fab_targets,
                                             "first": (r - 1) * s.fab_targets + 1}, "boundary", r, near),
-        Rung(rung_id("square", r), "square", {"eps": eps, "n_queries": queries},
+        Rung(rung_id("square", r), n("square"), {"eps": eps, "n_queries": queries},
              "free", r, near),
     ]
-    if no_grad and r == 1:
+    if no_grad and r == 1 and norm == "linf":
         out.append(Rung("spsa", "spsa", {"eps": eps, "iterations": s.spsa_iterations, "n_samples": s.spsa_samples},
                         scope="no-gradient"))
     return out
@@ -93,6 +100,8 @@ class RungResult:
     margin_half: Optional[torch.Tensor] = None
     target_order: Optional[torch.Tensor] = None  # APGD-T: (n, k) classes in the order attacked ...
     target_reach: Optional[torch.Tensor] = None  # ... and the nearness its run on each reached (-inf: not attacked)
+    signs: Optional[torch.Tensor] = None  # Square: per sample, the sign pattern of its best point (int8) ...
+    done: Optional[torch.Tensor] = None  # ... and the queries its run(s) have done: what a later run continues
 
 
 
@@ -122,10 +131,13 @@ def run_rung(rung: Rung, model: torch.nn.Module, verdict_model: torch.nn.Module,
     check = check or finite_or_stop(rung)
     attack = make_attack(rung.attack, **rung.params)
     still, fwd, bwd, adv, near, best_m, half_m, orders, reach = [], [], [], [], [], [], [], [], []
+    signs, done = [], []
     for s in range(0, len(x), max(1, batch_size)):
         xb, yb = x[s:s + batch_size], y[s:s + batch_size]
         if rung.order is not None:
             attack.order = rung.order[s:s + batch_size]
+        if rung.resume is not None:
+            attack.resume = (rung.resume[0][s:s + batch_size], rung.resume[1][s:s + batch_size])
         x_adv = attack(model, xb, yb, bounds=(0.0, 1.0), generator=generator, trace=trace)
         check(x_adv, "attack")
         with torch.no_grad():
@@ -143,6 +155,9 @@ def run_rung(rung: Rung, model: torch.nn.Module, verdict_model: torch.nn.Module,
         inf = torch.full((len(xb),), float("inf"), device=xb.device)
         best_m.append(stats.get("margin_best", inf).to(xb.device))
         half_m.append(stats.get("margin_half", inf).to(xb.device))
+        if "signs" in stats:
+            signs.append(stats["signs"].cpu())
+            done.append(stats["done"].cpu())
         if "target_order" in stats:
             orders.append(stats["target_order"].cpu())
             reach.append(stats["target_reach"].cpu())
@@ -150,6 +165,8 @@ def run_rung(rung: Rung, model: torch.nn.Module, verdict_model: torch.nn.Module,
             report(min(s + batch_size, len(x)), len(x), int(sum(int((~t).sum()) for t in still)),
                    float(fwd[-1].sum()), float(bwd[-1].sum()))
     same = len(orders) == len(still) and len({o.shape[1] for o in orders}) == 1
+    kept = len(signs) == len(still) and len(still) > 0
     return RungResult(torch.cat(still), torch.cat(fwd), torch.cat(bwd), torch.cat(adv), torch.cat(near),
                       torch.cat(best_m), torch.cat(half_m), torch.cat(orders) if same else None,
-                      torch.cat(reach) if same else None)
+                      torch.cat(reach) if same else None, torch.cat(signs) if kept else None,
+                      torch.cat(done) if kept else None)

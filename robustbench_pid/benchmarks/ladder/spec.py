@@ -14,6 +14,7 @@ from ...errors import UserError
 MAX_TOL_SHARE, MAX_TOL_MIN = 0.05, 10  # the loosest stop rule accepted: 5% of a unit's samples, 10 samples
 # settings that are thresholds or shares rather than budgets (validated on their own, not as whole numbers >= 1)
 _NOT_BUDGETS = ("tol_share", "tol_min", "unstable_rtol", "batch_rtol", "near_share", "lookahead", "near_miss")
+_COUNTS = ("continue_rounds", "near_tries")  # budgets that may be 0 (none of it)
 
 
 @dataclass(frozen=True)
@@ -29,11 +30,12 @@ class LadderSpec:
     fab_steps: int = 50
     fab_targets: int = 1  # FAB-T targets per round (round r: the next ones by logit)
     square_queries: int = 500  # Square's queries in round 1 ...
-    square_growth: int = 2  # ... times this into round 2 (1,000), later only after Square broke or still closes in
+    square_growth: int = 2  # ... each later run continues a sample's search to this times its queries (1,000, 2,000 ..)
     rounds: int = 3  # rounds driven by breaks (round r >= 2 runs when round r - 1 broke more than the tolerance)
     continue_rounds: int = 4  # further rounds, only for the families still closing in on a sample (exhaustion)
     lookahead: float = 4.0  # still closing in: the margin left <= lookahead x what the run's last half gained
-    near_miss: float = 0.1  # a gradient search that stalled with at most this share of the clean margin left: go on
+    near_miss: float = 0.1  # a gradient search that stalled with at most this share of the clean margin left ...
+    near_tries: int = 1  # ... gets this many more APGD-T starts on the class it came nearest on
     cap_targeted: int = 900  # per sample, backward passes of APGD-T (AutoAttack: 9 targets x 100)
     cap_ce: int = 300  # per sample, backward passes of APGD-CE (three runs of AutoAttack's 100)
     cap_boundary: int = 900  # per sample, backward passes of FAB-T (AutoAttack: 9 targets x 100)
@@ -85,10 +87,11 @@ class LadderSpec:
             raise UserError(f"--converge-opt near_share must be a share in (0, 1], got {self.near_share}")
         for f in fields(self):
             v = getattr(self, f.name)
-            if f.name not in _NOT_BUDGETS and f.name != "continue_rounds" and v < 1:
+            if f.name not in _NOT_BUDGETS + _COUNTS and v < 1:
                 raise UserError(f"--converge-opt {f.name} must be >= 1, got {v}")
-        if self.continue_rounds < 0:
-            raise UserError(f"--converge-opt continue_rounds must be >= 0, got {self.continue_rounds}")
+        for name in _COUNTS:
+            if getattr(self, name) < 0:
+                raise UserError(f"--converge-opt {name} must be >= 0, got {getattr(self, name)}")
         if (self.rounds - 1) * self.targets > self.pool:
             need = (self.rounds - 1) * self.targets
             raise UserError(f"--converge-opt: {self.rounds - 1} deep rounds of {self.targets} ranked targets need "
@@ -102,6 +105,12 @@ class LadderSpec:
     def tolerance(self, n: int) -> int:
         """How many samples a round may still break for the ladder to count as converged."""
         return max(int(self.tol_min), int(math.floor(self.tol_share * n + 1e-9)))
+
+    def square_new(self, r: int) -> int:
+        """The most new queries Square's run in round ``r`` has: round 1 ``square_queries``; each later run
+        continues a sample's search from its best point to ``square_growth`` times the queries it had done (500, then
+        500 more, 1,000 more ...: the same totals as fresh runs of 1,000, 2,000 ... without repeating their starts)."""
+        return int(self.square_queries * self.square_growth ** max(0, r - 2) * (1 if r == 1 else self.square_growth - 1))
 
     def cap(self, family: str) -> float:
         """A family's budget per sample (backward passes; Square: queries), AutoAttack's for that family at least."""

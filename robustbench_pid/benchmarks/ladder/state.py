@@ -43,6 +43,10 @@ class Ladder:
     # the deep rounds attack them in this order (the measured distance, which the linearised ranking only estimates)
     target_order: Optional[torch.Tensor] = None
     target_reach: Optional[torch.Tensor] = None  # per sample and class of that order: the nearness any run reached
+    deep_done: Optional[torch.Tensor] = None  # per sample and class of that order: had a deep (round >= 2) run
+    near_tries: Optional[torch.Tensor] = None  # per sample: the extra APGD-T starts it had as a near miss
+    square_signs: Optional[torch.Tensor] = None  # per sample: the sign pattern of Square's best point (int8) ...
+    square_done: Optional[torch.Tensor] = None  # ... and Square's queries on it: where its next run continues
     lookahead: float = LadderSpec.lookahead  # the stop rule's (``climb`` sets the spec's)
     status: str = ""
     detail: str = ""
@@ -57,6 +61,10 @@ class Ladder:
             self.last_gain = torch.zeros(n)
         if self.misleading is None:
             self.misleading = torch.zeros(n, dtype=torch.bool)
+        if self.near_tries is None:
+            self.near_tries = torch.zeros(n, dtype=torch.long)
+        if self.square_done is None:
+            self.square_done = torch.zeros(n)
         for kind in KINDS:
             self.nearness.setdefault(kind, torch.full((n,), float("-inf")))
             self.margin.setdefault(kind, torch.full((n,), float("inf")))
@@ -85,6 +93,11 @@ class Ladder:
             t = self.nearness[rung.near_by]
             t[idx] = torch.maximum(t[idx], res.nearness.detach().float().cpu())
         self._progress(rung, idx, res)
+        if rung.family == "free" and res.signs is not None and len(idx):
+            if self.square_signs is None:
+                self.square_signs = torch.zeros((len(self.robust), *res.signs.shape[1:]), dtype=torch.int8)
+            self.square_signs[idx] = res.signs.to(torch.int8).cpu()
+            self.square_done[idx] = res.done.float().cpu()
         if rung.family == "targeted" and rung.round == 1 and res.target_order is not None and len(idx):
             self._measured_order(idx, res.target_order, res.target_reach)
         elif rung.family == "targeted" and res.target_order is not None and len(idx):
@@ -132,6 +145,7 @@ class Ladder:
         if self.target_order is None or self.target_order.shape[1] != k:
             self.target_order = torch.full((len(self.robust), k), -1, dtype=torch.long)
             self.target_reach = torch.full((len(self.robust), k), float("-inf"))
+            self.deep_done = torch.zeros((len(self.robust), k), dtype=torch.bool)
         rank = torch.sort(reach.float(), dim=1, descending=True, stable=True).indices
         self.target_order[idx] = order.long().gather(1, rank)
         self.target_reach[idx] = reach.float().gather(1, rank)
@@ -143,14 +157,16 @@ class Ladder:
         same = self.target_order[idx][:, :, None] == order.long()[:, None, :]  # (n, k, k): column j holds class c
         got = torch.where(same, reach.float()[:, None, :], torch.full_like(same, float("-inf"), dtype=torch.float))
         self.target_reach[idx] = torch.maximum(self.target_reach[idx], got.amax(2))
+        self.deep_done[idx] |= torch.isfinite(got.amax(2))
 
     def measured_order(self, idx: torch.Tensor, closing: Optional[torch.Tensor] = None, first: int = 1,
-                       targets: int = 1) -> Optional[torch.Tensor]:
+                       targets: int = 1, single: Optional[torch.Tensor] = None) -> Optional[torch.Tensor]:
         """The class order for a deep APGD-T run on samples ``idx`` that attacks positions ``first`` ..
         ``first + targets - 1``: the sweep's measured order (the next ranks each round), except that a sample the
-        family was still closing in on (``closing``) gets, at those positions, the classes it came nearest on so far
-        (a fresh start where the search was closing in, not the next ranks). None where any sample has no measured
-        order (the attack then ranks them itself)."""
+        family was still closing in on (``closing``) gets, at those positions, the class it came nearest on so far (a
+        fresh start where the search was closing in, not the next ranks) and the classes no deep run has had yet
+        (:meth:`_fresh_targets`), and a sample in ``single`` (a near miss's extra start) only the nearest, the other
+        positions -1 (skipped). None where any sample has no measured order (the attack then ranks them itself)."""
         if self.target_order is None or not len(idx):
             return None
         cpu = idx.cpu()
@@ -161,22 +177,57 @@ class Ladder:
             k = rows.shape[1]
             lo, hi = max(0, first - 1), min(k, first - 1 + targets)
             for j in closing[cpu].nonzero().squeeze(1).tolist():
-                best = self.target_order[int(cpu[j])][torch.sort(self.target_reach[int(cpu[j])], descending=True,
-                                                                 stable=True).indices]
-                head, rest = best[:hi - lo], best[hi - lo:]
+                i = int(cpu[j])
+                head = self._fresh_targets(i, hi - lo)
+                rest = torch.tensor([c for c in self.target_order[i].tolist() if c not in head.tolist()],
+                                    dtype=head.dtype)
+                if single is not None and bool(single.cpu()[i]):
+                    head = torch.cat([head[:1], torch.full((len(head) - 1,), -1, dtype=head.dtype)])
                 rows[j] = torch.cat([rest[:lo], head, rest[lo:]])
         return rows
 
+    def _fresh_targets(self, i: int, m: int) -> torch.Tensor:
+        """``m`` classes for a sample the targeted family goes on with: the class any run came nearest on (a fresh
+        start there: cnn_at 48/255, two deep runs stopped at 0.005 and 0.009 of it and AutoAttack's next start
+        crossed), then the classes no deep run has had yet in the sweep's measured order (cnn_at 64/255 sample 1482:
+        the sweep's 12 iterations put class 2 fourth, the deep runs went to ranks 1-3 and then back to the nearest,
+        and class 2, which a 100-iteration run crosses, never had one), then the next nearest."""
+        by_reach = self.target_order[i][torch.sort(self.target_reach[i], descending=True, stable=True).indices]
+        head = [int(by_reach[0])]
+        fresh = [int(c) for c, d in zip(self.target_order[i].tolist(), self.deep_done[i].tolist()) if not d]
+        for c in fresh + [int(c) for c in by_reach.tolist()]:
+            if len(head) >= m:
+                break
+            if c not in head:
+                head.append(c)
+        return torch.tensor(head, dtype=torch.long)
+
+    def square_state(self, idx: torch.Tensor):
+        """(sign pattern, queries done) of Square's best point on samples ``idx``, for its next run to continue
+        from; None where any of them has no earlier run (that run starts afresh)."""
+        cpu = idx.cpu()
+        if self.square_signs is None or not len(cpu) or not bool((self.square_done[cpu] > 0).all()):
+            return None
+        return self.square_signs[cpu], self.square_done[cpu]
+
     def closing_in(self, spec: LadderSpec, under_cap: bool = True) -> Dict[str, torch.Tensor]:
         """Per family, the still-robust samples it was still closing in on, with budget left under its cap, and for
-        the targeted family its near misses (:meth:`near_miss`) (``under_cap=False``: those still closing in whose
-        cap is spent)."""
+        the targeted family its near misses with tries left (:meth:`near_misses_left`) (``under_cap=False``: those
+        still closing in whose cap is spent)."""
         out = {}
         for fam in FAMILIES:
             left = self.spent[fam] < spec.cap(fam)
-            going = self.closing[fam] | (self.near_miss(spec) if fam == "targeted" and under_cap else False)
+            going = self.closing[fam] | (self.near_misses_left(spec) if fam == "targeted" and under_cap else False)
             out[fam] = self.robust & going & (left if under_cap else ~left)
         return out
+
+    def near_misses_left(self, spec: LadderSpec) -> torch.Tensor:
+        """The near misses (:meth:`near_miss`) the targeted family has not yet given its ``near_tries`` extra starts:
+        one fresh start on the class it came nearest on tests whether the stall was that start's; if it stalls short
+        as well (and gained nothing that calls it closing in), two starts stalled there and the family has spent
+        its evidence (design 7: going on to the cap was a large share of cnn_at 64/255's forward passes, on
+        three near misses, where only the first extra start ever broke one)."""
+        return self.near_miss(spec) & (self.near_tries < spec.near_tries)
 
     def near_miss(self, spec: LadderSpec) -> torch.Tensor:
         """Mask of the still-robust samples on which a gradient search stalled at the boundary's edge: at most

@@ -29,19 +29,21 @@ class Round:
 
 def climb(ladder: Ladder, spec: LadderSpec, eps: float, run: RunAttack, *, unstable: bool, no_grad: torch.Tensor,
           batch_dependent: bool = False, random_gradients: bool = False,
-          on_round: Optional[Callable[[int, str, Dict[str, torch.Tensor], int], None]] = None) -> Ladder:
+          on_round: Optional[Callable[[int, str, Dict[str, torch.Tensor], int], None]] = None,
+          norm: str = "linf") -> Ladder:
     """Run the rounds after rung 0 on ``ladder`` until the stop rule holds (see the package docstring).
 
     ``run(rung, idx)``: the rung's :class:`RungResult` for samples ``idx``. ``unstable``: the forward pass is random;
     ``random_gradients``: two backward passes at one input differ (either brings the EOT rungs). ``on_round(r, kind,
-    scopes, square_queries)`` hears each round as it is decided (the progress bar prices it)."""
+    scopes, square_queries)`` hears each round as it is decided (the progress bar prices it). ``norm``: the threat
+    model (``planned_round``)."""
     n = len(ladder.robust)
     tol = spec.tolerance(n)
     ladder.lookahead = spec.lookahead
     no_grad = no_grad.cpu()
     gradients_missing = int((no_grad & ladder.robust).sum()) > tol
     rounds: List[Round] = []
-    queries, broke_by = spec.square_queries, {fam: False for fam in FAMILIES}
+    broke_by = {fam: False for fam in FAMILIES}
     for r in range(1, spec.rounds + spec.continue_rounds + 1):
         if not ladder.robust.any():
             break
@@ -56,16 +58,14 @@ def climb(ladder: Ladder, spec: LadderSpec, eps: float, run: RunAttack, *, unsta
             kind = "continue"  # the near sets broke (almost) nothing; some family was still closing in on a sample
         else:
             break
-        if r == 2 or (r > 2 and (broke_by["free"] or bool(closing["free"].any()))):
-            queries *= spec.square_growth  # more search only where the search still breaks or closes in
         scopes = _scopes(ladder, spec, r, kind, closing, broke_by)
-        square_queries = _capped_queries(ladder, spec, queries, scopes["free"])
+        square_queries = _square_queries(ladder, spec, r, scopes["free"])
         if on_round is not None:
             on_round(r, kind, scopes, square_queries)
         broke_round, families, broke_by = 0, set(), {fam: False for fam in FAMILIES}
         first = len(ladder.history)
         for rung in planned_round(spec, eps, r, unstable or random_gradients, bool((no_grad & ladder.robust).any()),
-                                  square_queries):
+                                  square_queries, norm):
             sel = no_grad if rung.scope == "no-gradient" else scopes[rung.family or "gradient"]
             mask = ladder.robust & sel
             idx = mask.nonzero().squeeze(1)
@@ -74,7 +74,11 @@ def climb(ladder: Ladder, spec: LadderSpec, eps: float, run: RunAttack, *, unsta
             if len(idx):
                 if rung.family == "targeted" and r > 1:  # the deep runs follow the sweep's measured class order
                     rung = replace(rung, order=ladder.measured_order(idx, closing["targeted"], rung.params["first"],
-                                                                     rung.params["targets"]))
+                                                                     rung.params["targets"], scopes["single"]))
+                    if rung.order is not None:
+                        ladder.near_tries[idx.cpu()[scopes["single"][idx.cpu()]]] += 1
+                if rung.family == "free" and r > 1:  # Square continues each sample's search from its best point
+                    rung = replace(rung, resume=ladder.square_state(idx))
                 res = run(rung, idx)
                 ladder.charge(rung.id, idx, res.forward, res.backward)
                 broke = ladder.record(rung, idx, res)
@@ -103,11 +107,14 @@ def _scopes(ladder: Ladder, spec: LadderSpec, r: int, kind: str, closing: Dict[s
     (``broke_by``; design 6: on the grid Square never broke a sample and FAB-T one, in round 1, while their runs on
     the nearest were most of the ladder's forward passes on the adversarially trained CNN). A continuation round:
     only the closing-in ones.
+    ``single``: the near misses in APGD-T's scope only as such (not closing in, not among the nearest this round): their
+    extra start attacks the one class they came nearest on (``Ladder.near_misses_left``).
     A round's scopes are fixed at its start, so its rungs share them."""
     if r == 1:
         every = ladder.robust.clone()
-        return {f: every for f in FAMILIES + ("gradient",)}
+        return {**{f: every for f in FAMILIES + ("gradient",)}, "single": torch.zeros_like(every)}
     out: Dict[str, torch.Tensor] = {}
+    nearest = torch.zeros_like(ladder.robust)  # the round's near set of the gradient families (full rounds)
     for fam in FAMILIES:
         if kind == "continue":
             out[fam] = closing[fam].clone()
@@ -119,17 +126,31 @@ def _scopes(ladder: Ladder, spec: LadderSpec, r: int, kind: str, closing: Dict[s
             if (broke_by or {}).get(fam):
                 out[fam] |= ladder.near(spec.near_share, spec.near_min, "free" if fam == "free" else "gradient")
             continue
-        out[fam] = ladder.near(spec.near_share, spec.near_min, "gradient") | closing[fam]
+        nearest = ladder.near(spec.near_share, spec.near_min, "gradient")
+        out[fam] = nearest | closing[fam]
     out["gradient"] = out["targeted"]
+    out["single"] = closing["targeted"] & ~ladder.closing["targeted"] & ~nearest
     return out
 
 
-def _capped_queries(ladder: Ladder, spec: LadderSpec, queries: int, scope: torch.Tensor) -> int:
-    """Square's queries this round, so that no sample in its scope passes Square's cap (at least 1)."""
+def _square_queries(ladder: Ladder, spec: LadderSpec, r: int, scope: torch.Tensor) -> int:
+    """Square's new queries this round (the same for every sample in its ``scope``): round 1 ``square_queries``;
+    later, as many more as the least any sample in the scope had done times ``square_growth - 1`` (each run continues
+    from the sample's best point, so its search runs to twice its queries), and no sample past Square's cap. Where
+    Square keeps no state to continue from (its L2 form: a point is no sign pattern), a fresh run of the total a
+    continued search would have reached (``square_queries * square_growth ** (r - 1)``), as designs 4-6 ran."""
+    if r == 1:
+        return spec.square_queries
+    scope = scope & ladder.robust
     if not bool(scope.any()):
-        return queries
+        return spec.square_new(r)
+    done = ladder.square_done[scope]
     used = float(ladder.spent["free"][scope].max())
-    return int(max(1, min(queries, spec.cap("free") - used)))
+    if bool((done > 0).all()):
+        new = float(done.min()) * (spec.square_growth - 1)
+    else:
+        new = float(spec.square_queries * spec.square_growth ** (r - 1))
+    return int(max(1, min(new, spec.cap("free") - used)))
 
 
 def verdict(ladder: Ladder, spec: LadderSpec, tol: int, rounds: List[Round], gradients_missing: bool,

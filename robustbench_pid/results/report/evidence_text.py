@@ -122,5 +122,5 @@ def _converged_then(conv: pd.DataFrame, flagged: pd.DataFrame) -> str:
                    f"its values there are upper bounds too")
     if missing:
         out.append((f"{missing} of them have no converged value: " if done or bound else "") +
-                   "run again with --converge for a converged value (L-inf attacks; docs/attacks.md)")
+                   "run again with --converge for a converged value (L-inf and L2 attacks; docs/attacks.md)")
     return "; ".join(out)

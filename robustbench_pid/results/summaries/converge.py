@@ -30,7 +30,7 @@ STATUSES = (CONVERGED, NOT_CONVERGED, UPPER_BOUND, BATCH_DEPENDENT, MISLED, RAND
 # converge unit's key, so a run folder of another revision is never resumed with this one, and recorded in its
 # params, so a result of an earlier design says so (``ladder_design``). What each revision changed: docs/attacks.md,
 # "Ladder revisions" (one list, there).
-DESIGN = 6
+DESIGN = 7
 MAX_ROUNDS = 9  # rung ids of later rounds carry "@r"; the order below lists them up to this round
 ROUND_RUNGS = ("apgd-t", "apgd-ce", "fab-t", "square")  # a round's rungs, in the order they run
 
@@ -284,7 +284,8 @@ def format_converge(summary: pd.DataFrame) -> str:
             what = "robust top-1 of a reduced ladder (settings below the defaults), an upper bound:"
         else:
             what = f"robust top-1, an upper bound ({why}):"
-        head = (f"converge: {top.get('model', '')} eps {eps_text(float(top['eps']), 'linf')} "
+        norm = str(top.get("norm") or "linf")
+        head = (f"converge: {top.get('model', '')} eps {eps_text(float(top['eps']), norm)} "
                 f"(n={int(top['n'])}): {what} {top['value']:.2f}% [{top['ci_low']:.1f}, {top['ci_high']:.1f}]")
         line = f"status: {status}: {top['status_detail']}"
         if len(gap) and np.isfinite(gap.iloc[0]):
