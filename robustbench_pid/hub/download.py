@@ -31,6 +31,17 @@ CHUNK = 1 << 20
 _HEX = re.compile(r"^[0-9a-f]{8,64}$")
 
 
+def user_cache(name: str, path: Optional[os.PathLike] = None, env: Optional[str] = None) -> Path:
+    """A folder of the project's user cache: ``path`` if given, else ``$env`` if set, else
+    ``$XDG_CACHE_HOME/robustbench_pid/<name>`` (``~/.cache`` without XDG_CACHE_HOME: the XDG convention)."""
+    if path:
+        return Path(path).expanduser()
+    if env and os.environ.get(env):
+        return Path(os.environ[env]).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base).expanduser() / "robustbench_pid" / name
+
+
 def check_hash_arg(value: str) -> str:
     """A full sha256 (64 hex digits) or a prefix of at least 8, lower-cased."""
     v = value.strip().lower()

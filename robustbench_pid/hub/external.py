@@ -37,7 +37,7 @@ import numpy as np
 import torch
 import torch.nn as nn
 
-from .download import sha256_of
+from .download import sha256_of, user_cache
 from .pypi import PYPI_SIMPLE, Pin, PyPIUnreachable, download, file_url  # noqa: F401 (the external check's API)
 from .pypi import PinnedFileError as ExternalError
 
@@ -71,12 +71,7 @@ class ExternalFiles:
 
 def cache_dir(path: Optional[os.PathLike] = None) -> Path:
     """``path``, else ``$ROBUSTBENCH_PID_EXTERNAL_CACHE``, else the user cache dir (XDG convention)."""
-    if path:
-        return Path(path).expanduser()
-    if os.environ.get(ENV_CACHE):
-        return Path(os.environ[ENV_CACHE]).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base).expanduser() / "robustbench_pid" / "external"
+    return user_cache("external", path, ENV_CACHE)
 
 
 def _read_member(archive: Path, member: str) -> bytes:

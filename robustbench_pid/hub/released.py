@@ -9,7 +9,6 @@ hash before it is read: the full sha256 where one is published, else the prefix 
 """
 from __future__ import annotations
 
-import os
 import re
 import sys
 from dataclasses import dataclass
@@ -135,8 +134,9 @@ def get_release(name: str) -> Release:
 
 def cache_dir() -> Path:
     """The user cache dir for downloaded checkpoints (XDG base-directory convention)."""
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base).expanduser() / "robustbench_pid" / "checkpoints"
+    from .download import user_cache
+
+    return user_cache("checkpoints")
 
 
 def search_dirs(checkpoint_dir: Optional[str] = None) -> List[Path]:

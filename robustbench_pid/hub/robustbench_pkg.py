@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from ..errors import UserError
+from .download import user_cache
 from .pypi import Pin, PinnedFileError, download
 
 ROBUSTBENCH = Pin("robustbench==1.1.1", "robustbench-1.1.1-py3-none-any.whl",
@@ -43,12 +44,7 @@ NEEDS = ("geotorch", "torchdiffeq")  # the ``robustbench`` extra
 
 def packages_dir(path: Optional[os.PathLike] = None) -> Path:
     """``path``, else ``$ROBUSTBENCH_PID_PACKAGES``, else the user cache dir (XDG convention)."""
-    if path:
-        return Path(path).expanduser()
-    if os.environ.get(ENV_PACKAGES):
-        return Path(os.environ[ENV_PACKAGES]).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base).expanduser() / "robustbench_pid" / "packages"
+    return user_cache("packages", path, ENV_PACKAGES)
 
 
 def package_dir(cache: Optional[os.PathLike] = None) -> Path:
