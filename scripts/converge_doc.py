@@ -42,33 +42,58 @@ def criteria(r) -> List[tuple]:
 
 
 def _checks(r, extra: Optional[dict] = None) -> str:
-    """The criteria column; a missed forward-pass criterion also says what the exhaustion rounds cost (``extra``:
-    :func:`continuation`), so a reader sees whether exhaustion is why (issue 56: say so, with the reason)."""
+    """The criteria column; a missed forward-pass criterion also says where the passes went (``extra``:
+    :func:`round_costs`): what rung 0, the probes and round 1 cost on every sample, what the later rounds (those
+    driven by breaks and the continuation rounds of exhaustion) cost and broke, so a reader sees why (issue 56:
+    say so, with the reason)."""
     out = []
     for name, ok, miss in criteria(r):
-        if name == "fwd <= AA/5" and ok is False and extra and extra["fwd"] > 0:
-            without = (r.ladder_fwd - extra["fwd"]) / r.aa_fwd
-            miss += (f"; the continuation rounds for searches still closing in spent {extra['fwd']:.1f} of it and "
-                     f"broke {extra['broke']}, {without:.2f} of AA without them")
+        if name == "fwd <= AA/5" and ok is False and extra and extra["later_fwd"] > 0:
+            below = int(round((r.autoattack - r.converged) * r.n / 100))
+            ending = (f", ending {below} sample{'s' if below != 1 else ''} below AutoAttack" if below > 0 else "")
+            cont = (f" ({extra['continue']}: continuation)" if extra["continue"] else "")
+            miss += (f"; rung 0, the probes and round 1: {extra['first_fwd'] / r.aa_fwd:.2f} of AA; rounds "
+                     f"{extra['rounds']}{cont} spent {extra['later_fwd']:.1f} per sample and broke "
+                     f"{extra['later_broke']}{ending}")
         out.append(f"{name} {'yes' if ok else f'NO ({miss})' if ok is not None else miss}")
     return ", ".join(out)
 
 
-def continuation(out: Path, model: str, eps: str) -> dict:
-    """Forward passes per sample of the cell (all n) spent by continuation rounds (exhaustion: only the families
-    still closing in, on those samples), and the samples they broke; read per work unit from its history."""
+def round_costs(out: Path, model: str, eps: str) -> dict:
+    """Forward passes per sample of the cell (all n): those of rung 0, the probes and round 1 (``first_fwd``), and
+    those of the later rounds (``later_fwd``: the rounds driven by breaks and the continuation rounds of exhaustion,
+    which run only the families still closing in), the samples the later rounds broke, which rounds ran
+    (``rounds``: "2-5") and which of them were continuation rounds; read per work unit from its history."""
     import json
 
     from robustbench_pid.results.store import load_records
 
     rec = load_records(cell_dir(out, model, eps) / "converge")
     c = rec[rec["attack"] == "converge"]
-    fwd, broke = 0.0, 0
+    first = later = 0.0
+    broke, rounds, cont = 0, set(), set()
     for _, g in c.groupby("unit"):
-        cont = [h for h in json.loads(g["converge_history"].iloc[0]) if h.get("kind") == "continue"]
-        fwd += sum(float(g[f"fwd@{h['id']}"].fillna(0).sum()) for h in cont if f"fwd@{h['id']}" in g.columns)
-        broke += sum(int(h["broke"]) for h in cont)
-    return {"fwd": fwd / max(1, len(c)), "broke": broke}
+        for h in json.loads(g["converge_history"].iloc[0]):
+            col = f"fwd@{h['id']}"
+            f = float(g[col].fillna(0).sum()) if col in g.columns else 0.0
+            r = int(h.get("round", 1))
+            if r <= 1:
+                first += f
+                continue
+            later += f
+            broke += int(h["broke"])
+            rounds.add(r)
+            if h.get("kind") == "continue":
+                cont.add(r)
+    if "fwd@probe" in c.columns:
+        first += float(c["fwd@probe"].fillna(0).sum())
+    n = max(1, len(c))
+
+    def span(rs: set) -> str:
+        return "" if not rs else f"{min(rs)}-{max(rs)}" if len(rs) > 1 else str(min(rs))
+
+    return {"first_fwd": first / n, "later_fwd": later / n, "later_broke": broke, "rounds": span(rounds),
+            "continue": span(cont)}
 
 
 def _wall(r) -> str:
@@ -95,7 +120,7 @@ def _table(bench: pd.DataFrame, out: Optional[Path] = None) -> str:
         lines.append(f"| {r.model} | {r.eps} | {r.n} | {r.pgd20:.2f} | {r.converged:.2f} | {r.status} | "
                      f"{r.autoattack:.2f} | {'not run' if pd.isna(r.reference) else f'{r.reference:.2f}'} | {r.ladder_fwd:.0f} / {r.ladder_bwd:.0f} | "
                      f"{r.aa_fwd:.0f} / {r.aa_bwd:.0f} | {r.ladder_fwd / r.aa_fwd:.2f}, {r.ladder_bwd / r.aa_bwd:.2f} | "
-                     f"{_wall(r)} | {_checks(r, continuation(out, r.model, str(r.eps)) if out else None)} |")
+                     f"{_wall(r)} | {_checks(r, round_costs(out, r.model, str(r.eps)) if out else None)} |")
     return "\n".join(lines)
 
 

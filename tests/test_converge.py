@@ -744,8 +744,8 @@ def test_rung0_draws_as_the_users_row_when_some_samples_are_not_attacked(plain, 
     # equal verdicts (a start drawn for another row would differ both ways; a walk stopped at its first top-1
     # break could only break more)
     assert (lad["rung0_correct_top1"] == pgd.loc[lad.index]).all()
-    c5 = int(lad["clean_correct_top5"].astype(bool).sum())
-    assert c5 < 32 and int(lad["converge_attacked"].iloc[0].split(",")[0]) == c5  # rung 0 attacks the top-5 correct
+    c1 = int(lad["clean_correct_top1"].astype(bool).sum())
+    assert c1 < 32 and int(lad["converge_attacked"].iloc[0].split(",")[0]) == c1  # rung 0 attacks the top-1 correct
     gap = df[df["metric"] == "converge_gap"]["value"].iloc[0]
     pgd_v = df[(df["attack"] == "pgd") & (df["metric"] == "top1")]["value"].iloc[0]
     assert gap == pytest.approx(pgd_v - converged_row(df)["value"])

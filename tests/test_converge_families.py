@@ -122,6 +122,74 @@ def test_ranked_targets_break_what_the_logit_order_misses_at_the_same_cost(plain
     assert not bool((r & (best > 0)).any())  # a target's margin crossed means the sample is broken
 
 
+def test_ranked_nearness_is_read_from_the_run_without_a_pass_of_its_own(plain, digits8, monkeypatch):
+    """Design 8: the DLR loss at each target's best point comes from the logits the library's run computed (its
+    x_best rule replayed), equal to a forward pass at that point, and the attack makes no such pass: its forward
+    passes per sample are the ranking's and one per iteration and target (+1 for the run's start)."""
+    from pyautoattack.autopgd_base import APGDAttack_targeted
+
+    from robustbench_pid.attacks.base import dlr_losses
+
+    x, y = digits8
+    with torch.no_grad():
+        ok = plain(x[:64]).argmax(1) == y[:64]
+    x, y = x[:64][ok][:24], y[:64][ok][:24]
+    runs = []
+    single = APGDAttack_targeted.attack_single_run
+
+    def keep(self, xs, ys, *a, **k):
+        out = single(self, xs, ys, *a, **k)
+        runs.append((self.y_target.clone(), ys.clone(), out[0].detach().clone()))
+        return out
+
+    monkeypatch.setattr(APGDAttack_targeted, "attack_single_run", keep)
+    steps, targets = 10, 3
+    att = make_attack("apgd_ranked", eps=0.05, steps=steps, targets=targets)
+    att(plain, x, y, generator=torch.Generator().manual_seed(0))
+    reach = att.stats["target_reach"]
+    assert len(runs) >= 2
+    attacked = torch.isfinite(reach)
+    seen = 0
+    for k in range(targets):
+        rows = attacked[:, k].nonzero().squeeze(1)
+        if not len(rows):
+            continue
+        target, ys, x_best = runs[seen]
+        seen += 1
+        assert torch.equal(target, att.stats["target_order"][rows, k])
+        with torch.no_grad():
+            want = dlr_losses(plain(x_best), ys)
+        assert torch.allclose(reach[rows, k], want, atol=1e-5), (k, reach[rows, k], want)
+    # forward passes per sample: the ranking's (the clean check reads it), then steps + 1 per target it had
+    runs_per_sample = attacked[:, :targets].sum(1).float()
+    assert torch.equal(att.telemetry.forward.cpu().float(), 1 + runs_per_sample * (steps + 1)
+                       + (torch.arange(len(x)) == 0).float())  # + the class count's pass, charged to sample 0
+
+
+def test_square_nearness_and_clean_check_come_from_passes_the_library_makes(plain, digits8):
+    """Design 8: Square's nearness is the DLR loss at the first run's best point (restored from its sign pattern
+    here) or the clean point, whichever is nearer, without passes of its own; and the library's clean check is
+    answered with the wrapper's own clean pass: per attacked sample, 1 clean pass, the run's start and iterations,
+    and the library's check of the run's best point (before: 3 passes more)."""
+    from robustbench_pid.attacks.base import dlr_losses
+
+    x, y = digits8
+    x, y = x[:48], y[:48]
+    eps, q = 0.06, 60
+    sq = make_attack("square", eps=eps, n_queries=q)
+    sq(plain, x, y, generator=torch.Generator().manual_seed(0))
+    best = (x + eps * sq.stats["signs"].float()).clamp(0, 1)
+    with torch.no_grad():
+        attacked = plain(x).argmax(1) == y
+        want = torch.maximum(dlr_losses(plain(x), y), torch.where(attacked, dlr_losses(plain(best), y),
+                                                                   torch.full_like(y, -1e9, dtype=torch.float)))
+    assert torch.allclose(sq.stats["best_loss"], want, atol=1e-5)
+    fwd = sq.telemetry.forward.cpu()
+    assert bool((fwd[~attacked.cpu()] == 1).all())  # the clean pass only: the library's own check is answered
+    # the clean pass, the run's start, at most q iterations (a fooled sample leaves early) and the library's check
+    assert float(fwd[attacked.cpu()].max()) == q + 3
+
+
 def test_fab_t_later_targets_attack_the_next_classes_by_logit(plain, digits8):
     x, y = digits8
     x, y = x[:32], y[:32]
@@ -201,3 +269,30 @@ def test_randomness_is_not_batch_dependence_and_gradient_probes_tell_healthy_fro
         ok = plain(x).argmax(1) == y
     assert int(gradients_mislead(plain, x[ok], y[ok]).sum()) == 0
     assert bool(gradients_mislead(Flipped(copy.deepcopy(plain)), x[ok], y[ok]).all())
+    # design 8: the probes share one pass of gradients; the answers are those of their own passes
+    from robustbench_pid.benchmarks.ladder.probes import batch_probe_rows, gradients_unavailable, input_gradients, \
+        unavailable
+
+    for model in (plain, Flipped(copy.deepcopy(plain)).eval()):
+        g_ce, g_dlr = input_gradients(model, x[ok], y[ok])
+        assert torch.equal(unavailable(g_ce, g_dlr, int(ok.sum()), x.device), gradients_unavailable(model, x[ok], y[ok]))
+        assert torch.equal(gradients_mislead(model, x[ok], y[ok], grad=g_dlr), gradients_mislead(model, x[ok], y[ok]))
+    noisy = Noisy(copy.deepcopy(plain))
+    g_ce, _ = input_gradients(noisy, x, y)
+    differ, cos = gradient_draws(noisy, x, y, 1e-3, first=g_ce)
+    assert differ and float(cos.max()) < 0.5
+    g_ce, _ = input_gradients(plain, x, y)
+    differ, cos = gradient_draws(plain, x, y, 1e-3, first=g_ce)
+    assert not differ and torch.allclose(cos, torch.ones_like(cos))
+    # the batch probe's other company is a few samples: 4 alone and 8 as a batch of their own
+    assert batch_probe_rows(32) == (4, 8) and batch_probe_rows(5) == (4, 5) and batch_probe_rows(1) == (0, 0)
+    calls = []
+
+    class Counting(torch.nn.Module):
+        def forward(self, t):
+            calls.append(len(t))
+            return plain(t)
+
+    with torch.no_grad():
+        assert not batch_dependent(Counting(), x, plain(x), rtol=1e-2, again=plain(x))
+    assert sorted(calls) == [1, 1, 1, 1, 8]

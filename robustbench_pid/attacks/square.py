@@ -86,7 +86,8 @@ class Square(Attack):
         seed = seed_from(generator)
         counted = Counted(model, x, labels=y, eps=self.eps, norm=self.norm)
         model, x_in, eps, back = to_unit_box(counted, x, self.eps, bounds)
-        attacked = (model(x_in).argmax(1) == y).nonzero().squeeze(1)  # the library attacks these, in order
+        clean = model(x_in).float()
+        attacked = (clean.argmax(1) == y).nonzero().squeeze(1)  # the library attacks these, in order
         signs, done = self.resume if self.resume is not None else (None, None)
         start = int(done[attacked].min()) if done is not None and len(attacked) else 0
 
@@ -100,6 +101,7 @@ class Square(Attack):
             def attack_single_run(self, xs, ys):
                 n, best = super().attack_single_run(xs, ys)
                 self.runs.append(best)
+                self.predict.expect = True  # the library's next pass checks this run's best points
                 return n, best
 
             def random_choice(self, shape):
@@ -117,11 +119,12 @@ class Square(Attack):
                      n_restarts=self.restarts, seed=seed, verbose=False, loss="margin",
                      resc_schedule=self.rescale_schedule, device=x.device)
         sq.runs = []
+        sq.predict = seen = _Passes(model, x_in, clean)
         if signs is not None and len(attacked):
             sq.init = signs[attacked].to(x.device, x_in.dtype)
         with torch.random.fork_rng(devices=rng_devices(x)):
             u_adv = sq.perturb(x_in, y)
-            self.stats["best_loss"] = self._nearness(model, u_adv, y, attacked, sq.runs)
+            self.stats["best_loss"] = self._nearness(clean, y, attacked, seen.checked)
             counted.settle(self.telemetry)  # per sample: each forwarded row charged to its nearest clean image
         self.stats.update(counted.progress() or {})  # the search's progress per sample (the ladder's stop rule)
         if self.norm != "linf":  # an L2 point is no sign pattern: its later runs start afresh
@@ -136,15 +139,39 @@ class Square(Attack):
         return project_ball(back(u_adv), x, self.eps, bounds, self.norm)
 
     @staticmethod
-    def _nearness(model: torch.nn.Module, u_adv: torch.Tensor, y: torch.Tensor, attacked: torch.Tensor,
-                  runs: list) -> torch.Tensor:
-        """Per sample, the DLR loss (scale-free, > 0 once fooled) at the best point the first run reached: how near
-        the boundary the search came, which a convergence ladder ranks samples by for its later rounds (gradient
-        attacks fooled by the model say nothing about that). One forward pass per sample and one per attacked one."""
-        loss = dlr_losses(model(u_adv), y)
-        if runs and len(runs[0]) == len(attacked) and len(attacked):
-            loss[attacked] = torch.maximum(loss[attacked], dlr_losses(model(runs[0]), y[attacked]))
+    def _nearness(clean: torch.Tensor, y: torch.Tensor, attacked: torch.Tensor, checked: list) -> torch.Tensor:
+        """Per sample, the DLR loss (scale-free, > 0 once fooled) at the best point the first run reached (the clean
+        point where it attacked none): how near the boundary the search came, which a convergence ladder ranks
+        samples by for its later rounds (gradient attacks fooled by the model say nothing about that). From passes
+        the library made anyway (design 8: two passes of their own before): its check of the run's best points,
+        and the clean logits the attacked samples were chosen by."""
+        loss = dlr_losses(clean, y)
+        if checked and len(checked[0]) == len(attacked) and len(attacked):
+            loss[attacked] = torch.maximum(loss[attacked], dlr_losses(checked[0], y[attacked]))
         return loss
+
+
+class _Passes(torch.nn.Module):
+    """The model as the library's Square calls it in one call of :meth:`Square.perturb`: its first pass (the clean
+    check of the very tensor it was given) answered with the logits the wrapper computed of it, and the pass that
+    follows each run (the library's check of the run's best points) kept (:attr:`checked`) for the nearness."""
+
+    def __init__(self, net: torch.nn.Module, x: torch.Tensor, logits: torch.Tensor) -> None:
+        super().__init__()
+        self.net, self.x, self.logits = net, x, logits
+        self.expect = False
+        self.checked: list = []
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.logits is not None and x is self.x:
+            out, self.logits = self.logits, None
+            return out
+        self.logits = None
+        out = self.net(x)
+        if self.expect:
+            self.checked.append(out.detach().float())
+            self.expect = False
+        return out
 
 
 def _describe_l2(self: Square) -> str:

@@ -5,8 +5,10 @@ must resume after a kill and split over shards. One unit = one eps x one chunk o
 hashes the user's attacks (rung 0) and the ladder's settings, so a re-run resumes and another
 tolerance is another condition.
 
-Rung 0 is the user's own attack with its ``adversarial`` unit's batches, generator seed, random starts and
-samples, so the converged value is read against the number the user got. An attack that stops a sample
+Rung 0 is the user's own attack with its ``adversarial`` unit's batches, generator seed and random starts (each
+row's own), on the clean top-1 correct samples (the row also walks those correct only at top-5; the ladder's
+verdict is top-1, so they are broken at the clean point), so the converged value is read against the number the
+user got. An attack that stops a sample
 early (PGD: once its label leaves the top-5) stops it here at its first top-1 break instead: the ladder's
 verdict is top-1, and the walk up to that break is the row's, so rung 0 breaks every sample the row breaks
 at top-1 (and any the row's longer walk carried back across the boundary) for fewer passes (docs/attacks.md's
@@ -34,8 +36,8 @@ from ..results.report.indicators import LIBRARY_ATTACKS, TREND_TAU, loss_trend
 from ..specs import Unit, chunks
 from . import Benchmark, Column, benchmarks
 from .ladder import DESIGN, FAMILIES, PROBE, Ladder, LadderSpec, RungResult, climb, planned_round, run_rung
-from .ladder.probes import (NOISE_COSINE, batch_dependent, gradient_draws, gradients_mislead,
-                            gradients_unavailable, passes_differ)
+from .ladder.probes import (NOISE_COSINE, batch_dependent, batch_probe_rows, gradient_draws, gradients_mislead,
+                            input_gradients, passes_differ, unavailable)
 from .adv_images import keep_adversarial
 
 CONVERGE = "converge"
@@ -111,8 +113,9 @@ class Converge(Benchmark):
         p = json.loads(unit.params)
         s = LadderSpec.from_options(p["ladder"])
         norm = p.get("norm", "linf")
-        # the probes: one instability draw, at most two batch-context passes, the gradient probes
-        fwd, fb = 8.0, 5.0
+        # the probes (an upper bound per sample): the repeated pass, the batch-context passes, the shared input
+        # gradients, the misleading probe's two steps (its own gradient outside fp32), the second gradient draw
+        fwd, fb = 7.0, 4.0
         for r in range(1, s.rounds + 1):
             share = 1.0 if r == 1 else s.near_share
             for rung in planned_round(s, float(unit.eps), r, unstable=False, no_grad=False, norm=norm):
@@ -139,8 +142,8 @@ class Converge(Benchmark):
                 with torch.inference_mode():
                     clean = model(x).float()
                 check_finite(clean, ctx, unit, "clean")
-            c1, c5 = still_correct(clean, y, 1), still_correct(clean, y, 5)
-            robust, flagged, f0, b0, worst = self._rung0(ctx, unit, rung0, gens, x, y, c1, c5)
+            c1 = still_correct(clean, y, 1)
+            robust, flagged, f0, b0, worst = self._rung0(ctx, unit, rung0, gens, x, y, c1)
             xs.append(x)
             ys.append(y)
             sids += list(ids)
@@ -158,53 +161,60 @@ class Converge(Benchmark):
         rung0_robust = ladder.robust.clone()
         everyone = torch.arange(len(y))
         ladder.charge("user", everyone, torch.cat(fwd0), torch.cat(bwd0))
-        c5_all = still_correct(clean, y, 5).cpu()  # rung 0 attacks every clean top-5 correct sample
-        ladder.history.append({"id": "user", "attacked": int(c5_all.sum()), "broke": int((c1.cpu() & ~rung0_robust).sum()),
+        # rung 0 attacks every clean top-1 correct sample (the verdict is top-1: a sample wrong at the clean point is
+        # broken there, and walking it costs passes that decide nothing; design 8)
+        ladder.history.append({"id": "user", "attacked": int(c1.sum()), "broke": int((c1.cpu() & ~rung0_robust).sum()),
                                "full": True, "label": "+".join(n for n, _ in rung0), "round": 0, "family": "",
-                               "scope": "clean top-5 correct",
+                               "scope": "clean top-1 correct",
                                "settings": " + ".join(top1_walk(make_attack(n, **p)).describe() for n, p in rung0)})
         for i in (c1.cpu() & ~rung0_robust).nonzero().squeeze(1).tolist():
             ladder.broken_by[i] = "user"
         flagged = torch.cat(flag_parts).cpu()
-        # probes: repeated clean passes (randomised model?), the same samples in another batch (outputs depend on
-        # the batch?) and input gradients of the still-robust samples
-        # (one repeated pass of every batch as the clean pass scored them: the instability probe compares the clean-
-        # correct samples, and the batch-context probe reuses the first batch's, which is its own "same batch again")
-        sel = c1.nonzero().squeeze(1)
+        # probes (design 8: each pass once): the first batch passed again as the clean pass scored it (randomised
+        # model? its clean-correct samples compared; a randomised model is random in any batch) and reused as the
+        # batch-context probe's own repeated pass (outputs depend on the batch?); then, on the still-robust samples,
+        # one forward pass for the CE and DLR input gradients that the gradient probes share
         bs = max(1, ctx.batch_size)
         first = slice(0, min(bs, len(y)))  # the first batch, as the clean pass scored it
         with torch.no_grad():
-            again = torch.cat([model(x[s:s + bs]).float() for s in range(0, len(y), bs)])
-        unstable = passes_differ(again[sel.to(again.device)], clean[sel.to(clean.device)].float(), spec.unstable_rtol)
-        ladder.charge(PROBE, everyone, torch.ones(len(y)), torch.zeros(len(y)))
-        dependent = batch_dependent(model, x[first], clean[first], spec.batch_rtol, again=again[first])
-        ladder.charge(PROBE, torch.arange(min(4, len(y))), torch.ones(min(4, len(y))), torch.zeros(min(4, len(y))))
-        ladder.charge(PROBE, torch.arange(first.stop), torch.ones(first.stop), torch.zeros(first.stop))
+            again = model(x[first]).float()
+        sel = c1[first].to(again.device)
+        sel = sel if bool(sel.any()) else torch.ones_like(sel)  # no clean-correct sample there: compare them all
+        unstable = passes_differ(again[sel], clean[first].to(again.device)[sel].float(), spec.unstable_rtol)
+        dependent = batch_dependent(model, x[first], clean[first], spec.batch_rtol, again=again)
+        alone, company = batch_probe_rows(first.stop)
+        for k in (first.stop, alone, company):
+            ladder.charge(PROBE, torch.arange(k), torch.ones(k), torch.zeros(k))
         no_grad = torch.zeros(len(y), dtype=torch.bool)
         rob = ladder.robust.nonzero().squeeze(1)
+        shared = ctx.spec.precision == "fp32"  # the DLR gradient is the misleading probe's own (it runs in fp32)
+        gen = ctx.generator(unit)
+        random_grads = False
         for s in range(0, len(rob), bs):
             idx = rob[s:s + bs]
             xi, yi = x[idx.to(x.device)], y[idx.to(x.device)]
             with attack_precision(ctx.device, ctx.spec.precision):
-                no_grad[idx] = gradients_unavailable(attacked, xi, yi).cpu()
-            ladder.misleading[idx] = gradients_mislead(attacked, xi, yi).cpu()  # fp32: see its docstring
-        ladder.charge(PROBE, rob, torch.full((len(rob),), 4.0), torch.full((len(rob),), 3.0))
-        # random gradients (two backward passes at one input differ), on the first batch of still-robust samples with
-        # a gradient; if so, on all of them, flagging where two draws agree less than the noise between them (mostly
-        # noise: the plain gradient rungs' failure is no evidence there)
-        gen = ctx.generator(unit)
-        probe = rob[~no_grad[rob]]
-        random_grads = False
-        for s in range(0, len(probe), bs):
+                g_ce, g_dlr = input_gradients(attacked, xi, yi)
+            no_grad[idx] = unavailable(g_ce, g_dlr, len(xi), xi.device).cpu()
+            ladder.misleading[idx] = gradients_mislead(attacked, xi, yi, grad=g_dlr if shared else None).cpu()
+            ladder.charge(PROBE, idx, torch.full((len(idx),), 3.0 if shared else 4.0),
+                          torch.full((len(idx),), 2.0 if shared else 3.0))
+            # random gradients (a second CE draw differs from the first), on the first batch of still-robust samples
+            # with a gradient; if so, on all of them, flagging where two draws agree less than the noise between
+            # them (mostly noise: the plain gradient rungs' failure is no evidence there)
             if s and not random_grads:
-                probe = probe[:s]  # a deterministic gradient: the first batch says so
-                break
-            idx = probe[s:s + bs]
+                continue  # a deterministic gradient: the first batch says so
+            has = ~no_grad[idx]
+            if not bool(has.any()):
+                continue
+            h = has.to(xi.device)
             with attack_precision(ctx.device, ctx.spec.precision):
-                differ, cos = gradient_draws(attacked, x[idx.to(x.device)], y[idx.to(x.device)], spec.unstable_rtol)
+                differ, cos = gradient_draws(attacked, xi[h], yi[h], spec.unstable_rtol,
+                                             first=None if g_ce is None else g_ce[h])
             random_grads |= differ
-            ladder.misleading[idx] |= (cos < NOISE_COSINE).cpu()
-        ladder.charge(PROBE, probe, torch.full((len(probe),), 2.0), torch.full((len(probe),), 2.0))
+            ladder.misleading[idx[has]] |= (cos < NOISE_COSINE).cpu()
+            drawn = torch.full((int(has.sum()),), 1.0 if g_ce is not None else 2.0)
+            ladder.charge(PROBE, idx[has], drawn, drawn)
         ctx.spend(work_of(float(ladder.forward[PROBE].sum()), float(ladder.backward[PROBE].sum())))
         where = f"converge eps={eps_text(unit.eps, norm)} [{unit.start}:{unit.stop}]"
 
@@ -242,18 +252,18 @@ class Converge(Benchmark):
         return rec
 
     def _rung0(self, ctx: Any, unit: Unit, rung0: List[Tuple[str, Dict[str, Any]]], gens: List[torch.Generator], x: torch.Tensor,
-               y: torch.Tensor, c1: torch.Tensor, c5: torch.Tensor
+               y: torch.Tensor, c1: torch.Tensor
                ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-        """The user's attacks on this batch with their adversarial units' seeds and starts, each sample stopped at
-        its first top-1 break (``top1_walk``): (robust after all of them, incomplete-optimisation flag (NaN where
-        not computable), forward, backward passes, the worst-case point so far: the first breaking point, else the
-        clean image)."""
+        """The user's attacks on this batch's clean top-1 correct samples with their adversarial units' seeds and
+        starts (drawn for the whole batch: each row's start is its row's), each sample stopped at its first top-1
+        break (``top1_walk``): (robust after all of them, incomplete-optimisation flag (NaN where not computable),
+        forward, backward passes, the worst-case point so far: the first breaking point, else the clean image)."""
         robust = c1.clone()
         worst = x.clone()
         flagged = torch.zeros(len(y), dtype=torch.bool, device=y.device)
         fwd = torch.zeros(len(y), device=y.device)
         bwd = torch.zeros(len(y), device=y.device)
-        sel = c5.nonzero().squeeze(1)
+        sel = c1.nonzero().squeeze(1)
         for (name, params), gen in zip(rung0, gens):
             if not len(sel):
                 continue
@@ -265,9 +275,10 @@ class Converge(Benchmark):
                 x_adv[sel] = attack(ctx.attacked_model(), x[sel], y[sel], bounds=(0.0, 1.0), generator=gen, trace=True)
             check_finite(x_adv[sel], ctx, unit, "attack")
             with torch.inference_mode():
-                adv_logits = ctx.verdict_model()(x_adv).float()
+                adv_logits = ctx.verdict_model()(x_adv[sel]).float()  # the attacked rows only: the rest are x
             check_finite(adv_logits, ctx, unit, "verdict")
-            ok = still_correct(adv_logits, y, 1)
+            ok = c1.clone()
+            ok[sel] = still_correct(adv_logits, y[sel], 1)
             newly = robust & ~ok
             worst[newly] = x_adv[newly]
             robust &= ok
@@ -278,7 +289,7 @@ class Converge(Benchmark):
                 if name not in LIBRARY_ATTACKS and tel.keep_trace and tel.trace().shape[1] >= 2:
                     from ..attacks.telemetry import attack_loss
 
-                    end = attack_loss(attack.loss_kind, adv_logits[sel], y[sel])
+                    end = attack_loss(attack.loss_kind, adv_logits, y[sel])
                     trace = torch.cat([tel.trace(), end[:, None]], 1).cpu().numpy()
                     trend = torch.as_tensor(loss_trend(trace) > TREND_TAU, device=y.device)
                     flagged[sel] |= trend & ok[sel]

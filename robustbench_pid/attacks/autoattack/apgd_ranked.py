@@ -13,7 +13,7 @@ the next ranked targets to a later round. Each target gets one APGD run of ``ste
 pyautoattack's ``APGDAttack_targeted`` (the authors' code: the targeted DLR loss, its step-size rule
 and checkpoints), only on the samples no earlier target broke. ``stats["best_loss"]`` keeps, per sample, the
 untargeted DLR loss (scale-free; > 0 once broken) at the best point of its best target: how near the boundary it
-came, on the scale Square's nearness uses (one forward pass per sample and target), so a convergence ladder can
+came, on the scale Square's nearness uses (read from the logits the run computed: no pass of its own), so a convergence ladder can
 compare the two families' evidence, and ``stats["target_order"]`` / ``stats["target_reach"]`` keep the classes in the
 order attacked and that nearness per class (-inf: not attacked), so a ladder can give its deep runs the classes a
 short sweep actually came nearest on. ``order`` (set on the object, not a setting) replaces the ranking with one
@@ -36,6 +36,12 @@ def rank_targets(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, pool:
                  ) -> torch.Tensor:
     """(n, k) candidate classes per sample, nearest linearised boundary in ``norm`` first (k = min(pool,
     classes-1)): the margin over the gradient's dual norm (L1 for L-inf, L2 for L2)."""
+    return _ranked(model, x, y, pool, norm)[0]
+
+
+def _ranked(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, pool: int, norm: str
+            ) -> Tuple[torch.Tensor, torch.Tensor]:
+    """:func:`rank_targets` and the logits at x its forward pass computed (the attack's clean check reads them)."""
     x = x.detach().clone().requires_grad_(True)
     with torch.enable_grad():
         logits = model(x).float()
@@ -51,7 +57,46 @@ def rank_targets(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, pool:
             dist[:, j] = diff.detach() / (dual + 1e-12)
     # a NaN distance (non-finite gradient) goes last, so a broken estimate never crowds out a real one
     dist = torch.nan_to_num(dist, nan=float("inf"))
-    return cand.gather(1, dist.argsort(dim=1, stable=True))
+    return cand.gather(1, dist.argsort(dim=1, stable=True)), logits.detach()
+
+
+class _BestPoint(torch.nn.Module):
+    """The library's model during one targeted run, keeping per sample the untargeted DLR loss at the run's best
+    point from the logits the run computes anyway (design 8; a forward pass per sample and target before).
+
+    The library's rule for that point (``attack_single_run``): the starting point, then each iterate whose targeted
+    DLR loss is strictly above the best so far; every one of its forward passes is of the whole batch, one per
+    iteration, so replaying the rule on those logits finds the point the run returns. Where the calls are not that
+    shape (another library version), :attr:`nearness` is None and the caller makes the forward pass instead."""
+
+    def __init__(self, net: torch.nn.Module, obj: object, y: torch.Tensor) -> None:
+        super().__init__()
+        self.net, self.obj, self.y = net, obj, y
+        self.calls = 0
+        self.shaped = True
+        self.best: Optional[torch.Tensor] = None
+        self.near: Optional[torch.Tensor] = None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = self.net(x)
+        self.calls += 1
+        if out.dim() != 2 or len(out) != len(self.y):
+            self.shaped = False
+            return out
+        with torch.no_grad():
+            z = out.detach().float()
+            t = self.obj.dlr_loss_targeted(z, self.y)
+            u = dlr_losses(z, self.y)
+            if self.best is None:
+                self.best, self.near = t.clone(), u.clone()
+            else:
+                up = t > self.best
+                self.best = torch.where(up, t, self.best)
+                self.near = torch.where(up, u, self.near)
+        return out
+
+    def nearness(self, steps: int) -> Optional[torch.Tensor]:
+        return self.near if self.shaped and self.calls == steps + 1 else None
 
 
 @attacks.register("apgd_ranked")
@@ -90,9 +135,9 @@ class APGDRanked(Attack):
                             f"beyond the {self.pool} ranked candidates; raise pool or lower first/targets")
 
     def passes(self) -> Tuple[float, float]:
-        """The ranking (``pool`` backward passes), one gradient pass per iteration and target, and one forward pass
-        per target for the nearness at its best point."""
-        return 1.0 + self.targets, float(self.pool + self.steps * self.targets)
+        """The ranking's forward pass (also the clean check) and its ``pool`` backward passes, one gradient pass per
+        iteration and target (the nearness at a target's best point is read from the run's own passes)."""
+        return 1.0, float(self.pool + self.steps * self.targets)
 
     def perturb(self, model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, bounds: Bounds,
                 generator: torch.Generator) -> torch.Tensor:
@@ -114,19 +159,30 @@ class APGDRanked(Attack):
             obj.init_hyperparam(u)
             u = u.detach().float()
             adv = u.clone()
-            with torch.no_grad():
-                robust = obj.model(u).argmax(1) == yy
-            order = given.to(u.device) if given is not None else rank_targets(obj.model, u, yy, pool, self.norm)
+            if given is None:
+                order, clean = _ranked(obj.model, u, yy, pool, self.norm)  # its forward pass is the clean check
+            else:
+                order = given.to(u.device)
+                with torch.no_grad():
+                    clean = obj.model(u)
+            robust = clean.argmax(1) == yy
             reach = torch.full(order.shape, float("-inf"), device=u.device)
             torch.random.manual_seed(obj.seed)
+            net = obj.model
             for k in range(first - 1, min(first - 1 + targets, order.shape[1])):
                 idx = (robust & (order[:, k] >= 0)).nonzero().squeeze(1)
                 if not idx.numel():
                     continue
                 obj.y_target = order[idx, k]
-                x_best, acc, _, adv_k = obj.attack_single_run(u[idx], yy[idx])
-                with torch.no_grad():
-                    near = dlr_losses(obj.model(x_best), yy[idx])
+                obj.model = seen = _BestPoint(net, obj, yy[idx])
+                try:
+                    x_best, acc, _, adv_k = obj.attack_single_run(u[idx], yy[idx])
+                finally:
+                    obj.model = net
+                near = seen.nearness(self.steps)
+                if near is None:
+                    with torch.no_grad():
+                        near = dlr_losses(net(x_best), yy[idx])
                 best[idx] = torch.maximum(best[idx], near.detach().float().reshape(-1))
                 reach[idx, k] = near.detach().float().reshape(-1)
                 hit = (acc.reshape(-1) == 0).nonzero().squeeze(1)

@@ -9,9 +9,9 @@ way (obfuscated, noisy, sign-flipped) fools the first three but not it. A ``conv
 attacks alone was wrong on the first adversarially trained model it met (Square broke what APGD-T left).
 
 Rounds (``planned_round``), each rung on the samples still robust after the rungs before it:
-- rung 0 (``user``): the user's attack(s) with their rows' seeds and random starts, each sample walked only
-  until its first top-1 break (the row walks on to break top-5 as well; rung 0 breaks every sample the row
-  breaks at top-1, and any whose walk crossed the boundary and came back);
+- rung 0 (``user``): the user's attack(s) with their rows' seeds and random starts, on the clean top-1 correct
+  samples, each walked only until its first top-1 break (the row walks on to break top-5 as well; rung 0 breaks
+  every sample the row breaks at top-1, and any whose walk crossed the boundary and came back);
 - round 1, on every still-robust sample: [EOT rungs when repeated clean passes disagree], a sweep of APGD-T
   over all ``pool`` candidate classes in the order of their linearised boundary distance (MALT's ranking;
   AutoAttack attacks the 9 highest logits for 100 iterations each) with only ``sweep_steps`` iterations per
