@@ -87,16 +87,17 @@ def test_plain_model_ladder_order_scope_and_status(plain_run):
     assert rungs[0] == "user" and rungs == sorted(rungs, key=RUNG_ORDER.index)
     # every round runs the four families: CE gradient, targeted margin, boundary, gradient-free
     assert {"apgd-ce", "apgd-t", "fab-t", "square"} <= set(rungs)
-    # rung 0 is the user's attack with its row's starts, each sample walked only to its first top-1 break: it
-    # breaks every sample the row breaks (here exactly those: no walk crossed back) for fewer passes
+    # rung 0 is the user's row, read (design 9): it breaks every sample the row breaks (here exactly those: no
+    # walk crossed back) and makes no walk of its own: at most one verdict pass, at a first top-1 break the row's
+    # final point no longer shows
     adv = rbp.load_records(df.attrs["run_dir"])
     row_pgd = adv[adv["attack"] == "pgd"].set_index("sample_id")
     pgd = row_pgd["correct_top1"]
     rung0 = rec.set_index("sample_id")["rung0_correct_top1"]
     assert (rung0 <= pgd.loc[rung0.index]).all() and (rung0 == pgd.loc[rung0.index]).all()
-    assert rec["fwd@user"].mean() < row_pgd["passes_forward"].mean()
+    assert (rec["bwd@user"] == 0).all() and (rec["fwd@user"] <= 1).all() and row_pgd["passes_backward"].mean() > 1
     user = json.loads(rec["converge_history"].iloc[0])[0]
-    assert user["id"] == "user" and "early stop top-1" in user["settings"]
+    assert user["id"] == "user" and user["settings"].startswith("PGD-10") and "first top-1 break" in user["settings"]
     # each later rung attacked only samples still robust after the rungs before it
     pos = {r: i for i, r in enumerate(RUNG_ORDER)}
     broken_at = rec["broken_by"].map(lambda r: pos[r] if r else 99)

@@ -51,6 +51,8 @@ class Attack:
     stats: Dict[str, torch.Tensor] = field(default_factory=dict, init=False, repr=False, compare=False)
     # per-sample passes, iterations and losses of the last call (attacks/telemetry.py); not a setting
     telemetry: Optional[Telemetry] = field(default=None, init=False, repr=False, compare=False)
+    # keep each sample's first point the walk saw broken at top-1 (``note_first_break``); not a setting
+    keep_first_break: bool = field(default=False, init=False, repr=False, compare=False)
 
     # --- construction ---------------------------------------------------------------------
     @classmethod
@@ -150,6 +152,9 @@ class Attack:
         if generator is None:
             generator = torch.Generator().manual_seed(0)  # on CPU: the same draws on every device
         x = x.detach()
+        if self.keep_first_break:
+            self.stats["first_break"] = x.clone()
+            self.stats["first_break_seen"] = torch.zeros(len(x), dtype=torch.bool, device=x.device)
         if (self.eps == 0 and self.norm != "none") or not len(x):
             return x.clone()  # nothing to move (an empty batch: the library attacks index their first row)
         x_adv = self.perturb(model, x, y.detach(), bounds, generator)
@@ -160,6 +165,21 @@ class Attack:
         raise NotImplementedError
 
     # --- helpers for subclasses --------------------------------------------------------------
+    def note_first_break(self, rows: torch.Tensor, points: torch.Tensor, logits: torch.Tensor,
+                         y: torch.Tensor) -> None:
+        """With ``keep_first_break``: ``stats["first_break"]`` takes, for each of ``rows`` seen broken at top-1 by
+        ``logits`` for the first time, its point (``stats["first_break_seen"]`` says which rows have one). Why: a
+        walk that stops a sample at top-5 (PGD's default) or not at all may carry it back across the top-1
+        boundary; the ladder's rung 0 reads the user's row's walk and takes its verdict at this point too."""
+        seen = self.stats.get("first_break_seen")
+        if seen is None:
+            return
+        new = ~still_correct(logits.detach(), y, 1) & ~seen[rows]
+        if bool(new.any()):
+            at = rows[new]
+            self.stats["first_break"][at] = points.detach()[new].to(self.stats["first_break"].dtype)
+            seen[at] = True
+
     def input_grad(self, model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor,
                    loss_fn: str = "ce", rows: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, torch.Tensor]:
         """(gradient of the summed loss w.r.t. x, logits). fp32 unless the runner enabled autocast.
@@ -229,13 +249,15 @@ def aligned_draws(n_full: int, rows: torch.Tensor) -> Iterator[None]:
 def descend(attack: Attack, model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, x_adv: torch.Tensor,
             steps: int, update: Any, early_stop: bool, stop_topk: int) -> torch.Tensor:
     """Iterated gradient steps, ``x_adv[i] <- update(x_adv[i], x[i], grad[i])``, on the samples
-    still correct at top-``stop_topk`` when ``early_stop`` (a broken sample keeps its point)."""
+    still correct at top-``stop_topk`` when ``early_stop`` (a broken sample keeps its point); each iterate's
+    top-1 break is noted (``Attack.note_first_break``)."""
     active = torch.arange(len(x), device=x.device)
     for _ in range(steps):
         if active.numel() == 0:
             break
         xa, xo, ya = x_adv[active], x[active], y[active]
         grad, logits = attack.input_grad(model, xa, ya, rows=active)
+        attack.note_first_break(active, xa, logits, ya)
         if early_stop:
             alive = still_correct(logits, ya, stop_topk)
             active, xa, xo, grad = active[alive], xa[alive], xo[alive], grad[alive]

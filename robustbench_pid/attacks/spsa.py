@@ -138,6 +138,7 @@ class SPSA(Attack):
                 logits = self._forward(model, x[active] + delta[active])
                 if self.telemetry is not None:  # the loss at the current point: free with early stopping
                     self.telemetry.observe(active, -margin(logits, y[active]), logits, y[active], backward=0)
+                self.note_first_break(active, x[active] + delta[active], logits, y[active])
                 active = active[still_correct(logits, y[active], self.stop_topk)]
             if active.numel() == 0:
                 break

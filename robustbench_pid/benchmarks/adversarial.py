@@ -58,6 +58,7 @@ from ..specs import Unit, chunks
 from . import Benchmark, Column, benchmarks
 from . import evidence
 from .adv_images import keep_adversarial
+from .ladder.rung0 import RowWalk
 
 
 def attack_settings(ctx: Any, spec: Any) -> dict:
@@ -110,7 +111,13 @@ def attack_batches(ctx: Any, unit: Unit) -> Iterator[AttackedBatch]:
     paper = ctx.spec.protocol == "paper"
     attack = None if unit.attack == "clean" else make_attack(unit.attack, **json.loads(unit.params))
     gen = ctx.generator(unit)
+    row_key = None
+    if attack is not None and not paper and getattr(ctx.spec, "converge", None) is not None:
+        from .converge import row_memo_key  # --converge: rung 0 reads this unit's walk from the chunk's memo
+
+        row_key = row_memo_key(ctx, unit)
     for x, y, sids, memo in ctx.batches(unit):
+        row_key = row_key if memo is not None else None
         clean_logits = memo.get("clean_logits") if memo is not None else None
         if clean_logits is None:  # computed (and checked) once per batch of a held chunk, by its first unit
             with torch.inference_mode():
@@ -143,28 +150,40 @@ def attack_batches(ctx: Any, unit: Unit) -> Iterator[AttackedBatch]:
                 grad_zero, gz_known = attack.stats["grad_zero"].to(y.device), True
         else:
             attacked = c5.clone() if attack.worst_case else torch.ones_like(c5)
-            x_adv = x.clone()
             sel = attacked.nonzero().squeeze(1)
             state = gen.get_state() if evidence.generator_state(ctx) else None
-            if len(sel):
-                # draws made for the whole batch, then taken at the attacked rows: a sample's random start does
-                # not depend on which other samples are attacked (common random numbers across models whose
-                # clean top-5 sets differ, and rbp.attack on the same batch draws the same)
-                with attack_precision(ctx.device, ctx.spec.precision), aligned_draws(len(x), sel.cpu()):
-                    x_adv[sel] = attack(ctx.attacked_model(), x[sel], y[sel], bounds=(0.0, 1.0), generator=gen,
-                                        trace=evidence.wants_trace(ctx))
-                check_finite(x_adv[sel], ctx, unit, "attack")
-                if "grad_zero" in attack.stats:
-                    grad_zero[sel] = attack.stats["grad_zero"].to(y.device)
-                    gz_known = True
+            attack.keep_first_break = row_key is not None
+            x_adv, adv_logits = standard_walk(ctx, unit, attack, x, y, sel, gen)
+            if len(sel) and "grad_zero" in attack.stats:
+                grad_zero[sel] = attack.stats["grad_zero"].to(y.device)
+                gz_known = True
             x_adv_pixels = x_adv
-            with torch.inference_mode():
-                adv_logits = model(x_adv).float()
+            if row_key is not None:  # --converge: rung 0 reads this walk (benchmarks/converge.py)
+                memo[row_key] = RowWalk.of(attack, sel, x_adv, adv_logits, y)
         check_finite(adv_logits, ctx, unit, "verdict")
         b.x_adv, b.adv_logits, b.attacked, b.grad_zero, b.grad_zero_known = (
             x_adv_pixels, adv_logits, attacked, grad_zero, gz_known)
         b.evidence = evidence.batch_evidence(ctx, unit, b, sel, state)
         yield b
+
+
+def standard_walk(ctx: Any, unit: Unit, attack: Any, x: torch.Tensor, y: torch.Tensor, sel: torch.Tensor,
+                  gen: torch.Generator) -> Tuple[torch.Tensor, torch.Tensor]:
+    """The standard protocol's attack on rows ``sel`` of a batch: (the points, x itself where not attacked; their
+    verdict logits, fp32, the whole batch in one pass). One function for the row and for the ladder's rung 0 when
+    it walks the row again in another process, so the two walks are the same computation."""
+    x_adv = x.clone()
+    if len(sel):
+        # draws made for the whole batch, then taken at the attacked rows: a sample's random start does
+        # not depend on which other samples are attacked (common random numbers across models whose
+        # clean top-5 sets differ, and rbp.attack on the same batch draws the same)
+        with attack_precision(ctx.device, ctx.spec.precision), aligned_draws(len(x), sel.cpu()):
+            x_adv[sel] = attack(ctx.attacked_model(), x[sel], y[sel], bounds=(0.0, 1.0), generator=gen,
+                                trace=evidence.wants_trace(ctx))
+        check_finite(x_adv[sel], ctx, unit, "attack")
+    with torch.inference_mode():
+        adv_logits = ctx.verdict_model()(x_adv).float()
+    return x_adv, adv_logits
 
 
 @benchmarks.register("adversarial")

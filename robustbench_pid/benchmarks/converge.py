@@ -5,37 +5,34 @@ must resume after a kill and split over shards. One unit = one eps x one chunk o
 hashes the user's attacks (rung 0) and the ladder's settings, so a re-run resumes and another
 tolerance is another condition.
 
-Rung 0 is the user's own attack with its ``adversarial`` unit's batches, generator seed and random starts (each
-row's own), on the clean top-1 correct samples (the row also walks those correct only at top-5; the ladder's
-verdict is top-1, so they are broken at the clean point), so the converged value is read against the number the
-user got. An attack that stops a sample
-early (PGD: once its label leaves the top-5) stops it here at its first top-1 break instead: the ladder's
-verdict is top-1, and the walk up to that break is the row's, so rung 0 breaks every sample the row breaks
-at top-1 (and any the row's longer walk carried back across the boundary) for fewer passes (docs/attacks.md's
-per-rung table). Its loss trace (kept in memory only) feeds the incomplete-optimisation
-flags. Standard protocol only: the ladder's rungs work in pixel space on true labels.
+Rung 0 is the user's own attack, read from its row (``ladder/rung0.py``, design 9): the ``adversarial`` unit's
+walk, with its batches, generator seed, random starts and samples, notes each sample's first top-1 break and leaves
+it in the chunk's memo; rung 0 takes the row's top-1 verdicts on the clean top-1 correct samples (the ladder's
+verdict is top-1) and passes again only the first top-1 breaks of samples whose final point is correct (a walk that
+stops at top-5, PGD's default, or not at all may carry a sample back across the boundary), so the converged value
+is read against the number the user got and the ladder does not pay for the user's attack twice. A unit whose row
+ran in another process walks the row again with the same function. The row's loss trace feeds the
+incomplete-optimisation flags. Standard protocol only: the ladder's rungs work in pixel space on true labels.
 """
 from __future__ import annotations
 
 import json
 import time
-from dataclasses import replace
-from typing import Any, Dict, Iterator, List, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
-import numpy as np
 import torch
 
 from ..attacks import make_attack
 from ..core.labels import eps_text
-from ..attacks.base import aligned_draws, still_correct
+from ..attacks.base import still_correct
 from ..attacks.telemetry import neg_margin
 from ..runtime.device import attack_precision
 from ..runtime.health import check_finite
 from ..runtime.progress import work_of
-from ..results.report.indicators import LIBRARY_ATTACKS, TREND_TAU, loss_trend
 from ..specs import Unit, chunks
 from . import Benchmark, Column, benchmarks
 from .ladder import DESIGN, FAMILIES, PROBE, Ladder, LadderSpec, RungResult, climb, planned_round, run_rung
+from .ladder.rung0 import RowWalk, rung0_verdicts
 from .ladder.probes import (NOISE_COSINE, batch_dependent, batch_probe_rows, gradient_draws, gradients_mislead,
                             input_gradients, passes_differ, unavailable)
 from .adv_images import keep_adversarial
@@ -82,12 +79,19 @@ def converge_units(ctx: Any) -> List[Unit]:
     return units
 
 
-def top1_walk(attack: Any) -> Any:
-    """``attack`` stopping each sample at its first top-1 break, if it stops samples early at all (PGD's
-    ``stop_topk``): up to that break its walk is the row's, and the breaking point is kept."""
-    if getattr(attack, "early_stop", False) and getattr(attack, "stop_topk", 1) != 1:
-        return attack.with_params(stop_topk=1)
-    return attack
+def row_memo_key(ctx: Any, unit: Unit) -> Optional[Tuple[str, str, str]]:
+    """The chunk-memo key under which an ``adversarial`` unit leaves its walk for rung 0 (``ladder/rung0.py``), or
+    None where no converge unit reads it (another attack, an indicator's unconstrained run)."""
+    if unit.benchmark != "adversarial" or unit.condition:
+        return None
+    for lst in rung0_attacks(ctx).values():
+        if (unit.attack, unit.params) in lst:
+            return _memo_key(unit.attack, unit.params)
+    return None
+
+
+def _memo_key(name: str, params_json: str) -> Tuple[str, str, str]:
+    return ("rung0", name, params_json)
 
 
 @benchmarks.register(CONVERGE)
@@ -121,10 +125,9 @@ class Converge(Benchmark):
             for rung in planned_round(s, float(unit.eps), r, unstable=False, no_grad=False, norm=norm):
                 f, b = make_attack(rung.attack, **rung.params).passes()
                 fwd, fb = fwd + share * (f + 1), fb + share * b  # + the verdict pass
-        for name, params in p["rung0"]:
-            f, b = make_attack(name, **params).passes()
-            fwd, fb = fwd + f, fb + b
-        return fwd, fb
+        # rung 0 reads the user's row and passes at most each sample's first top-1 break (ladder/rung0.py); a unit
+        # whose row ran elsewhere walks it again and makes room on the bar for that as it goes
+        return fwd + len(p["rung0"]), fb
 
     def _run(self, ctx: Any, unit: Unit) -> Dict[str, Column]:
         p = json.loads(unit.params)
@@ -133,9 +136,8 @@ class Converge(Benchmark):
         model, attacked = ctx.verdict_model(), ctx.attacked_model()
         xs, ys, sids, logits = [], [], [], []
         robust_parts, flag_parts, fwd0, bwd0, worst_parts = [], [], [], [], []
-        rung0 = [(name, params) for name, params in p["rung0"]]
-        gens = [ctx.generator(Unit("adversarial", name, unit.eps, json.dumps(params, sort_keys=True), "",
-                                   unit.start, unit.stop)) for name, params in rung0]
+        rung0 = [(name, json.dumps(params, sort_keys=True)) for name, params in p["rung0"]]
+        gens = [ctx.generator(Unit("adversarial", name, unit.eps, js, "", unit.start, unit.stop)) for name, js in rung0]
         for x, y, ids, memo in ctx.batches(unit):
             clean = memo.get("clean_logits") if memo is not None else None
             if clean is None:
@@ -143,7 +145,7 @@ class Converge(Benchmark):
                     clean = model(x).float()
                 check_finite(clean, ctx, unit, "clean")
             c1 = still_correct(clean, y, 1)
-            robust, flagged, f0, b0, worst = self._rung0(ctx, unit, rung0, gens, x, y, c1)
+            robust, flagged, f0, b0, worst = self._rung0(ctx, unit, rung0, gens, x, y, clean, memo)
             xs.append(x)
             ys.append(y)
             sids += list(ids)
@@ -166,7 +168,8 @@ class Converge(Benchmark):
         ladder.history.append({"id": "user", "attacked": int(c1.sum()), "broke": int((c1.cpu() & ~rung0_robust).sum()),
                                "full": True, "label": "+".join(n for n, _ in rung0), "round": 0, "family": "",
                                "scope": "clean top-1 correct",
-                               "settings": " + ".join(top1_walk(make_attack(n, **p)).describe() for n, p in rung0)})
+                               "settings": " + ".join(make_attack(n, **json.loads(js)).describe() for n, js in rung0)
+                               + ": your row's walk, its verdict also at each sample's first top-1 break"})
         for i in (c1.cpu() & ~rung0_robust).nonzero().squeeze(1).tolist():
             ladder.broken_by[i] = "user"
         flagged = torch.cat(flag_parts).cpu()
@@ -251,49 +254,48 @@ class Converge(Benchmark):
         rec.update(evidence_columns(ladder, spec, unstable, random_grads))
         return rec
 
-    def _rung0(self, ctx: Any, unit: Unit, rung0: List[Tuple[str, Dict[str, Any]]], gens: List[torch.Generator], x: torch.Tensor,
-               y: torch.Tensor, c1: torch.Tensor
+    def _rung0(self, ctx: Any, unit: Unit, rung0: List[Tuple[str, str]], gens: List[torch.Generator], x: torch.Tensor,
+               y: torch.Tensor, clean: torch.Tensor, memo: Optional[Dict[Any, Any]]
                ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-        """The user's attacks on this batch's clean top-1 correct samples with their adversarial units' seeds and
-        starts (drawn for the whole batch: each row's start is its row's), each sample stopped at its first top-1
-        break (``top1_walk``): (robust after all of them, incomplete-optimisation flag (NaN where not computable),
-        forward, backward passes, the worst-case point so far: the first breaking point, else the clean image)."""
+        """The user's attacks on this batch, read from their rows' walks (``ladder/rung0.py``; walked again with the
+        row's generator where the row ran in another process): (top-1 robust after all of them,
+        incomplete-optimisation flag, forward, backward passes rung 0 made, the worst-case point so far on the host:
+        the first breaking point, else the clean image)."""
+        from .adversarial import standard_walk
+
+        c1, c5 = still_correct(clean, y, 1), still_correct(clean, y, 5)
         robust = c1.clone()
-        worst = x.clone()
+        worst = x.detach().cpu().clone()
         flagged = torch.zeros(len(y), dtype=torch.bool, device=y.device)
         fwd = torch.zeros(len(y), device=y.device)
-        bwd = torch.zeros(len(y), device=y.device)
-        sel = c1.nonzero().squeeze(1)
-        for (name, params), gen in zip(rung0, gens):
-            if not len(sel):
-                continue
-            attack = top1_walk(make_attack(name, **params))
-            x_adv = x.clone()
-            # random starts drawn for the whole batch and taken at the attacked rows, as the adversarial unit draws
-            # them: rung 0 walks as the user's row walked, so the gap to the row is the ladder's
-            with attack_precision(ctx.device, ctx.spec.precision), aligned_draws(len(x), sel.cpu()):
-                x_adv[sel] = attack(ctx.attacked_model(), x[sel], y[sel], bounds=(0.0, 1.0), generator=gen, trace=True)
-            check_finite(x_adv[sel], ctx, unit, "attack")
-            with torch.inference_mode():
-                adv_logits = ctx.verdict_model()(x_adv[sel]).float()  # the attacked rows only: the rest are x
-            check_finite(adv_logits, ctx, unit, "verdict")
-            ok = c1.clone()
-            ok[sel] = still_correct(adv_logits, y[sel], 1)
-            newly = robust & ~ok
-            worst[newly] = x_adv[newly]
-            robust &= ok
-            tel = attack.telemetry
-            if tel is not None:
-                fwd[sel] += tel.forward + 1
-                bwd[sel] += tel.backward
-                if name not in LIBRARY_ATTACKS and tel.keep_trace and tel.trace().shape[1] >= 2:
-                    from ..attacks.telemetry import attack_loss
 
-                    end = attack_loss(attack.loss_kind, adv_logits, y[sel])
-                    trace = torch.cat([tel.trace(), end[:, None]], 1).cpu().numpy()
-                    trend = torch.as_tensor(loss_trend(trace) > TREND_TAU, device=y.device)
-                    flagged[sel] |= trend & ok[sel]
-        return robust, flagged & robust, fwd, bwd, worst
+        def verdict(points: torch.Tensor) -> torch.Tensor:
+            with torch.inference_mode():
+                z = ctx.verdict_model()(points).float()
+            check_finite(z, ctx, unit, "verdict")
+            return z
+
+        for (name, js), gen in zip(rung0, gens):
+            walk = memo.pop(_memo_key(name, js), None) if memo is not None else None
+            if walk is None:  # the row ran in another process (or before a resume): its walk again, as it ran
+                attack = make_attack(name, **json.loads(js))
+                attack.keep_first_break = True
+                f, b = attack.passes()
+                ctx.reserve(work_of(float(c5.sum()) * f + len(y), float(c5.sum()) * b))
+                sel = c5.nonzero().squeeze(1)  # the row attacks the clean top-5 correct samples
+                x_adv, logits = standard_walk(ctx, unit, attack, x, y, sel, gen)
+                check_finite(logits, ctx, unit, "verdict")
+                tel = attack.telemetry
+                if tel is not None:
+                    ctx.spend(work_of(float(tel.forward.sum()) + len(y), float(tel.backward.sum())))
+                walk = RowWalk.of(attack, sel, x_adv, logits, y)
+            ok, trend, f0, w = rung0_verdicts(walk, x, y, c1, verdict)
+            newly = (robust & ~ok).cpu()
+            worst[newly] = w[newly]
+            robust &= ok
+            flagged |= trend
+            fwd += f0
+        return robust, flagged & robust, fwd, torch.zeros_like(fwd), worst
 
     def _records(self, ladder: Ladder, sids: List[str], x: torch.Tensor, y: torch.Tensor, clean: torch.Tensor,
                  c1: torch.Tensor, rung0_robust: torch.Tensor, flagged: torch.Tensor, no_grad: torch.Tensor,
