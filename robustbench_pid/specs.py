@@ -82,7 +82,7 @@ class RunSpec:
     indicators: bool = False
     trace: bool = False
     agreement: int = 0
-    # --converge: the convergence ladder's settings (benchmarks/ladder.py LadderSpec); None: off
+    # --converge: the convergence ladder's settings (benchmarks/ladder/spec.py LadderSpec); None: off
     converge: Optional[Dict[str, Any]] = None
     # --save-adv: every attack unit keeps its adversarial images (results/files/adversarial.py); in unit keys
     save_adv: bool = False

@@ -55,8 +55,38 @@ def _checks(r, extra: Optional[dict] = None) -> str:
             miss += (f"; rung 0, the probes and round 1: {extra['first_fwd'] / r.aa_fwd:.2f} of AA; rounds "
                      f"{extra['rounds']}{cont} spent {extra['later_fwd']:.1f} per sample and broke "
                      f"{extra['later_broke']}{ending}")
+        if name == "<= AA" and ok is False and extra and extra.get("missed"):
+            miss += "; " + "; ".join(
+                f"sample {m['sample_id']} left robust, broken by AutoAttack: a gradient search came within "
+                f"{m['share']:.2%} of its clean margin of the boundary"
+                + (" (a near miss" + (", still closing in" if m["closing"] else "") + ")" if m["near_miss"] else "")
+                for m in extra["missed"]) + f"; the stop rule's tolerance is {extra['tolerance']}"
+        if name == "converged" and ok is False and extra and extra.get("why"):
+            miss += f": {extra['why']}"
         out.append(f"{name} {'yes' if ok else f'NO ({miss})' if ok is not None else miss}")
     return ", ".join(out)
+
+
+def ladder_evidence(out: Path, model: str, eps: str) -> dict:
+    """Why a cell misses the first or third criterion, from its records: the samples the ladder left robust that
+    AutoAttack broke (``missed``: the least verdict margin a gradient search left on each, as a share of its clean
+    margin, and whether the stop rule saw a near miss or a search still closing in there), the stop rule's
+    tolerance, and a status other than converged in the stop rule's words up to its advice (``why``)."""
+    from robustbench_pid.results.store import load_records
+
+    rec = load_records(cell_dir(out, model, eps) / "converge")
+    c = rec[rec["attack"] == "converge"].copy()
+    c["sample_id"] = c["sample_id"].astype(str)
+    aa = load_records(cell_dir(out, model, eps) / "autoattack")
+    aa = aa[aa["attack"] == "autoattack"]
+    broke = set(aa.loc[~aa["correct_top1"].astype(bool), "sample_id"].astype(str))
+    left = c[c["correct_top1"].astype(bool) & c["sample_id"].isin(broke)]
+    missed = [{"sample_id": r.sample_id, "share": float(r.margin_gradient) / float(r.margin_clean),
+               "near_miss": bool(r.converge_near_miss), "closing": bool(r.converge_closing)}
+              for r in left.itertuples()]
+    detail = str(c["converge_detail"].iloc[0])
+    why = "" if c["converge_status"].iloc[0] == "converged" else detail.split(": ")[0]
+    return {"missed": missed, "tolerance": int(c["converge_tolerance"].max()), "why": why}
 
 
 def round_costs(out: Path, model: str, eps: str) -> dict:
@@ -96,6 +126,13 @@ def round_costs(out: Path, model: str, eps: str) -> dict:
             "continue": span(cont)}
 
 
+def _evidence(out: Optional[Path], r) -> Optional[dict]:
+    """What :func:`_checks` explains a missed criterion with, read from the cell's records (None without them)."""
+    if out is None:
+        return None
+    return {**round_costs(out, r.model, str(r.eps)), **ladder_evidence(out, r.model, str(r.eps))}
+
+
 def _wall(r) -> str:
     if pd.isna(r.wall_ratio):  # not side by side: the ladder was made on another device (the row's device says which)
         return "- (two devices)"
@@ -120,7 +157,7 @@ def _table(bench: pd.DataFrame, out: Optional[Path] = None) -> str:
         lines.append(f"| {r.model} | {r.eps} | {r.n} | {r.pgd20:.2f} | {r.converged:.2f} | {r.status} | "
                      f"{r.autoattack:.2f} | {'not run' if pd.isna(r.reference) else f'{r.reference:.2f}'} | {r.ladder_fwd:.0f} / {r.ladder_bwd:.0f} | "
                      f"{r.aa_fwd:.0f} / {r.aa_bwd:.0f} | {r.ladder_fwd / r.aa_fwd:.2f}, {r.ladder_bwd / r.aa_bwd:.2f} | "
-                     f"{_wall(r)} | {_checks(r, round_costs(out, r.model, str(r.eps)) if out else None)} |")
+                     f"{_wall(r)} | {_checks(r, _evidence(out, r))} |")
     return "\n".join(lines)
 
 

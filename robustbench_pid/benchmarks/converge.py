@@ -1,4 +1,4 @@
-"""``--converge``: per eps, the convergence ladder (``ladder.py``) as work units of the run.
+"""``--converge``: per eps, the convergence ladder (``ladder/``) as work units of the run.
 
 Why units like every other condition: a ladder on 10,000 ImageNet images is hours of GPU time; it
 must resume after a kill and split over shards. One unit = one eps x one chunk of samples; its key

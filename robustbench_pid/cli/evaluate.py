@@ -106,7 +106,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="stop when a full rung breaks at most this share of a work unit's samples (default 0.001, at most "
                         "0.05) or one sample (--converge-opt tol_min)")
     c.add_argument("--converge-opt", action="append", default=[], metavar="KEY=VALUE",
-                   help="other ladder settings, e.g. square_queries=1000 (benchmarks/ladder.py LadderSpec)")
+                   help="other ladder settings, e.g. square_queries=1000 (benchmarks/ladder/spec.py LadderSpec)")
     r.add_argument("--calibration", metavar="FWD,FB",
                    help="with --dry-run: price the plan at these forward and forward+backward images/s of the "
                         "target device (e.g. a GPU you will run on) instead of a batch measured here")

@@ -56,7 +56,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "its eps, beside the paper-protocol value and the published one")
     p.add_argument("--converge-tol", metavar="SHARE", help="the ladder's stop share of a work unit's samples (default 0.001, at most 0.05), with --converge")
     p.add_argument("--converge-opt", action="append", default=[], metavar="KEY=VALUE",
-                   help="other ladder settings, with --converge (benchmarks/ladder.py LadderSpec)")
+                   help="other ladder settings, with --converge (benchmarks/ladder/spec.py LadderSpec)")
     p.add_argument("--save-adv", action="store_true",
                    help="keep the adversarial images of every standard-protocol attack row (and of the --converge "
                         "runs), as evaluate --save-adv does; rows without images are named")

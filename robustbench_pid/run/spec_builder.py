@@ -201,7 +201,7 @@ def build_spec(model: str, *, attack: Union[None, str, Sequence[str]] = None, ep
     ``calibration``: "FWD,FB" images/s (or a pair) that price a ``dry_run`` plan for another device.
     ``analyze``: probes run on the attack's final points (``"attention"``: docs/benchmarks.md).
     ``converge``: the convergence ladder per eps (docs/attacks.md); ``converge_tol`` its stop share,
-    ``converge_opt`` its other settings (``benchmarks/ladder.py`` ``LadderSpec``). ``save_adv``: keep every
+    ``converge_opt`` its other settings (``benchmarks/ladder/spec.py`` ``LadderSpec``). ``save_adv``: keep every
     attack unit's adversarial images (``results/files/adversarial.py``). ``decode``: ``"gpu"`` decodes the image
     files on the GPU (``data/batch_decode.py``; refused without CUDA)."""
     from ..benchmarks import check_dataset

@@ -26,7 +26,7 @@ MISLED = "upper bound: gradients mislead"  # the random search came nearer than 
 RANDOM_OUTPUTS = "not converged: outputs are random"  # repeated passes disagree: each verdict is one draw (design 5)
 REDUCED = "converged (reduced ladder"  # + ": settings below the defaults)": a weaker ladder says so in its status
 STATUSES = (CONVERGED, NOT_CONVERGED, UPPER_BOUND, BATCH_DEPENDENT, MISLED, RANDOM_OUTPUTS)
-# The ladder's design revision (benchmarks/ladder.py: rung order, rung 0's stopping, the probes), part of every
+# The ladder's design revision (benchmarks/ladder/: rung order, rung 0, the probes), part of every
 # converge unit's key, so a run folder of another revision is never resumed with this one, and recorded in its
 # params, so a result of an earlier design says so (``ladder_design``). What each revision changed: docs/attacks.md,
 # "Ladder revisions" (one list, there).
