@@ -1118,20 +1118,28 @@ def test_a_deep_apgd_t_run_still_closing_in_gets_a_fresh_start_on_its_nearest_cl
     assert sorted(row[first]) == list(range(1, k + 1))  # every class once
 
 
-def test_a_gradient_search_stalled_at_the_boundarys_edge_gets_one_more_start_and_never_past_the_cap():
-    n = 4
+def test_a_gradient_search_stalled_at_the_boundarys_edge_gets_more_starts_and_only_the_edge_past_the_cap():
+    n = 5
     lad = _ladder(n)
     lad.clean_margin = torch.full((n,), 4.0)
-    lad.margin["gradient"] = torch.tensor([0.005, 0.39, 0.41, 2.0])  # 0.1%, 9.75%, 10.25%, 50% of the clean margin
+    # 0.1% and 0.75% of the clean margin (on the edge), 9.75% (a near miss), 10.25%, 50%
+    lad.margin["gradient"] = torch.tensor([0.004, 0.03, 0.39, 0.41, 2.0])
     spec = LadderSpec()
-    assert lad.near_miss(spec).tolist() == [True, True, False, False]
-    assert lad.closing_in(spec)["targeted"].tolist() == [True, True, False, False]
+    assert lad.near_miss(spec).tolist() == [True, True, True, False, False]
+    assert lad.edge_starts(spec).tolist() == [7, 7, 0, 0, 0]  # near_tries + edge_tries
+    assert lad.closing_in(spec)["targeted"].tolist() == [True, True, True, False, False]
     assert not lad.closing_in(spec)["ce"].any()  # the targeted family goes on; the others by their own progress
-    lad.spent["targeted"][0] = spec.cap_targeted  # AutoAttack's APGD-T budget spent on the first: a stall, counted
-    assert lad.closing_in(spec)["targeted"].tolist() == [False, True, False, False]
+    lad.spent["targeted"][1:3] = spec.cap_targeted  # AutoAttack's APGD-T budget spent: a near miss's stall counts ...
+    assert lad.closing_in(spec)["targeted"].tolist() == [True, True, False, False, False]  # ... not an edge's
     assert not lad.closing_in(spec, under_cap=False)["targeted"].any()
-    lad.near_tries[1] = spec.near_tries  # design 7: its extra start spent, a near miss that stalled again is evidence
-    assert not lad.closing_in(spec)["targeted"].any() and lad.near_miss(spec)[1]
+    lad.spent["targeted"][2] = 0
+    lad.near_tries[2] = spec.near_tries  # design 7: its extra start spent, a near miss that stalled again is evidence
+    lad.near_tries[1] = spec.near_tries + spec.edge_tries  # design 10: an edge's starts spent, likewise
+    assert lad.closing_in(spec)["targeted"].tolist() == [True, False, False, False, False]
+    assert lad.near_miss(spec)[1] and lad.near_miss(spec)[2] and lad.edge_starts(spec)[1] == 0
+    assert "edge_tries 0 < 6" in LadderSpec.from_options({"edge_tries": 0}).reductions()
+    with pytest.raises(UserError, match="edge"):
+        LadderSpec.from_options({"edge": -1})
     assert "near_tries 0 < 1" in LadderSpec.from_options({"near_tries": 0}).reductions()
     assert LadderSpec.from_options({"near_miss": 0}).near_miss == 0.0
     assert "near_miss 0.01 < 0.1" in LadderSpec.from_options({"near_miss": 0.01}).reductions()
@@ -1139,11 +1147,13 @@ def test_a_gradient_search_stalled_at_the_boundarys_edge_gets_one_more_start_and
         LadderSpec.from_options({"near_miss": -1})
 
 
-def test_a_near_miss_gets_one_fresh_start_on_the_class_it_came_nearest_on_and_then_the_ladder_stops():
-    """Design 7: a sample a gradient search left at 0.25% of its clean margin, stalled (no gain): a continuation round
+@pytest.mark.parametrize("left", [0.2, 0.01])
+def test_a_near_miss_gets_one_fresh_start_on_the_class_it_came_nearest_on_and_then_the_ladder_stops(left):
+    """Design 7: a sample a gradient search left at 5% of its clean margin, stalled (no gain): a continuation round
     runs APGD-T on that sample alone, on the one class round 1's sweep came nearest on (the other positions -1,
     skipped), once; stalled again, the ladder ends converged (design 6 went on to the 900-pass cap, three classes a
-    round: a large share of cnn_at 64/255's forward passes)."""
+    round: a large share of cnn_at 64/255's forward passes). Design 10: at 0.25%, on the boundary's edge, it gets
+    near_tries + edge_tries (7) starts on that class, three a round."""
     n, k = 12, 9
     classes = torch.arange(1, k + 1).repeat(n, 1)
     sweep = torch.full((n, k), -2.0)
@@ -1153,7 +1163,7 @@ def test_a_near_miss_gets_one_fresh_start_on_the_class_it_came_nearest_on_and_th
     def run(rung: Rung, idx: torch.Tensor):
         seen.append((rung.id, idx.tolist(), None if rung.order is None else rung.order.tolist()))
         m = len(idx)
-        best = torch.where(idx == 0, torch.tensor(0.01), torch.tensor(2.0))
+        best = torch.where(idx == 0, torch.tensor(left), torch.tensor(2.0))
         res = RungResult(torch.ones(m, dtype=torch.bool), torch.ones(m), torch.ones(m), margin_best=best,
                          margin_half=best.clone())
         if rung.id == "apgd-t":
@@ -1164,9 +1174,16 @@ def test_a_near_miss_gets_one_fresh_start_on_the_class_it_came_nearest_on_and_th
     lad.clean_margin = torch.full((n,), 4.0)
     lad = climb(lad, LadderSpec(), EPS, run, unstable=False, no_grad=torch.zeros(n, dtype=torch.bool))
     later = [s for s in seen if "@" in s[0]]
-    assert [(rid, ids) for rid, ids, _ in later] == [("apgd-t@2", [0])]
-    assert later[0][2][0][:3] == [7, -1, -1]
-    assert int(lad.near_tries[0]) == 1 and lad.status == CONVERGED and "further round(s)" in lad.detail
+    if left == 0.2:
+        assert [(rid, ids) for rid, ids, _ in later] == [("apgd-t@2", [0])]
+        assert later[0][2][0][:3] == [7, -1, -1]
+        assert int(lad.near_tries[0]) == 1 and lad.status == CONVERGED and "further round(s)" in lad.detail
+        return
+    assert [(rid, ids) for rid, ids, _ in later] == [("apgd-t@2", [0]), ("apgd-t@3", [0]), ("apgd-t@4", [0])]
+    lo = [3 * (int(rid.split("@")[1]) - 2) for rid, _, _ in later]  # each round's first ranked position
+    assert [order[0][a:a + 3] for (_, _, order), a in zip(later, lo)] == [[7, 7, 7], [7, 7, 7], [7, -1, -1]]
+    assert int(lad.near_tries[0]) == 7 and lad.status == CONVERGED
+    assert lad.spent["targeted"][0] > 0 and not lad.edge_left(LadderSpec()).any()
 
 
 def test_apgd_ranked_skips_the_positions_an_order_marks_minus_one(deit_model):

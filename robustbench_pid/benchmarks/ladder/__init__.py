@@ -75,7 +75,10 @@ deep run); and a gradient search that stalled with at most ``near_miss`` (10%) o
 shown the sample robust (another start lands on either side), so the targeted family gives it ``near_tries`` (1)
 fresh start on the class it came nearest on (design 7; design 6 went on to the cap, three classes a round, which
 was a large share of cnn_at 64/255's forward passes, and only the first extra start ever broke a sample); a start that
-is still gaining makes the sample one the family is closing in on, which goes on to the cap.
+is still gaining makes the sample one the family is closing in on, which goes on to the cap. A near miss on the
+boundary's edge (at most ``edge``, 1%, of the clean margin left) gets ``edge_tries`` (6) more starts on that class,
+three a round and past the cap (design 10): there another start may land on either side, so a stall is no
+evidence (cnn_at 48/255, design 9's draw: left robust after its starts there, broken by AutoAttack's).
 
 Stop rule: a full round in which every family had its turn and which broke at most ``tolerance(n)`` =
 max(tol_min, floor(tol_share * n)) samples, with every family stalled on every sample left robust (all but the

@@ -13,8 +13,8 @@ from ...errors import UserError
 
 MAX_TOL_SHARE, MAX_TOL_MIN = 0.05, 10  # the loosest stop rule accepted: 5% of a unit's samples, 10 samples
 # settings that are thresholds or shares rather than budgets (validated on their own, not as whole numbers >= 1)
-_NOT_BUDGETS = ("tol_share", "tol_min", "unstable_rtol", "batch_rtol", "near_share", "lookahead", "near_miss")
-_COUNTS = ("continue_rounds", "near_tries")  # budgets that may be 0 (none of it)
+_NOT_BUDGETS = ("tol_share", "tol_min", "unstable_rtol", "batch_rtol", "near_share", "lookahead", "near_miss", "edge")
+_COUNTS = ("continue_rounds", "near_tries", "edge_tries")  # budgets that may be 0 (none of it)
 
 
 @dataclass(frozen=True)
@@ -36,6 +36,8 @@ class LadderSpec:
     lookahead: float = 4.0  # still closing in: the margin left <= lookahead x what the run's last half gained
     near_miss: float = 0.1  # a gradient search that stalled with at most this share of the clean margin left ...
     near_tries: int = 1  # ... gets this many more APGD-T starts on the class it came nearest on
+    edge: float = 0.01  # one that stalled with at most this share left is on the boundary's edge ...
+    edge_tries: int = 6  # ... and gets this many more starts there, a round's ``targets`` at a time, past the cap
     cap_targeted: int = 900  # per sample, backward passes of APGD-T (AutoAttack: 9 targets x 100)
     cap_ce: int = 300  # per sample, backward passes of APGD-CE (three runs of AutoAttack's 100)
     cap_boundary: int = 900  # per sample, backward passes of FAB-T (AutoAttack: 9 targets x 100)
@@ -79,7 +81,7 @@ class LadderSpec:
         if not 0 <= self.tol_min <= MAX_TOL_MIN:
             raise UserError(f"--converge-opt tol_min must be in [0, {MAX_TOL_MIN}] samples, got {self.tol_min} (for "
                             f"a larger tolerance on large work units, raise --converge-tol, a share)")
-        for name in ("unstable_rtol", "batch_rtol", "lookahead", "near_miss"):
+        for name in ("unstable_rtol", "batch_rtol", "lookahead", "near_miss", "edge"):
             v = getattr(self, name)
             if not (math.isfinite(v) and v >= 0):
                 raise UserError(f"--converge-opt {name} must be a finite number >= 0, got {v}")

@@ -160,13 +160,16 @@ class Ladder:
         self.deep_done[idx] |= torch.isfinite(got.amax(2))
 
     def measured_order(self, idx: torch.Tensor, closing: Optional[torch.Tensor] = None, first: int = 1,
-                       targets: int = 1, single: Optional[torch.Tensor] = None) -> Optional[torch.Tensor]:
+                       targets: int = 1, single: Optional[torch.Tensor] = None,
+                       edge: Optional[torch.Tensor] = None) -> Optional[torch.Tensor]:
         """The class order for a deep APGD-T run on samples ``idx`` that attacks positions ``first`` ..
         ``first + targets - 1``: the sweep's measured order (the next ranks each round), except that a sample the
         family was still closing in on (``closing``) gets, at those positions, the class it came nearest on so far (a
         fresh start where the search was closing in, not the next ranks) and the classes no deep run has had yet
         (:meth:`_fresh_targets`), and a sample in ``single`` (a near miss's extra start) only the nearest, the other
-        positions -1 (skipped). None where any sample has no measured order (the attack then ranks them itself)."""
+        positions -1 (skipped), or, on the boundary's edge (``edge``: per sample, the starts it has left there,
+        :meth:`edge_starts`), the nearest at as many positions as it has starts left: fresh starts there. None where
+        any sample has no measured order (the attack then ranks them itself)."""
         if self.target_order is None or not len(idx):
             return None
         cpu = idx.cpu()
@@ -182,7 +185,8 @@ class Ladder:
                 rest = torch.tensor([c for c in self.target_order[i].tolist() if c not in head.tolist()],
                                     dtype=head.dtype)
                 if single is not None and bool(single.cpu()[i]):
-                    head = torch.cat([head[:1], torch.full((len(head) - 1,), -1, dtype=head.dtype)])
+                    starts = max(1, min(len(head), int(edge.cpu()[i]))) if edge is not None else 1
+                    head = torch.cat([head[:1].repeat(starts), torch.full((len(head) - starts,), -1, dtype=head.dtype)])
                 rows[j] = torch.cat([rest[:lo], head, rest[lo:]])
         return rows
 
@@ -219,7 +223,25 @@ class Ladder:
             left = self.spent[fam] < spec.cap(fam)
             going = self.closing[fam] | (self.near_misses_left(spec) if fam == "targeted" and under_cap else False)
             out[fam] = self.robust & going & (left if under_cap else ~left)
+            if fam == "targeted" and under_cap:  # the boundary's edge: its starts are not bounded by the cap
+                out[fam] |= self.edge_left(spec)
         return out
+
+    def edge_left(self, spec: LadderSpec) -> torch.Tensor:
+        """The near misses on the boundary's edge (at most ``spec.edge`` of the clean margin left) with extra starts
+        left: there another start may land on either side (cnn_at 48/255, design 9's draw: a sample left robust
+        after its starts on its nearest class, which AutoAttack's start crossed), so a stall there is no evidence, the
+        cap that bounds a family's evidence elsewhere does not bound it, and the targeted family gives it
+        ``edge_tries`` more starts on its nearest class (``targets`` a round)."""
+        return self.edge_starts(spec) > 0
+
+    def edge_starts(self, spec: LadderSpec) -> torch.Tensor:
+        """Per sample, the extra starts it has left on the boundary's edge (0 elsewhere; :meth:`edge_left`)."""
+        if self.clean_margin is None:
+            return torch.zeros(len(self.robust), dtype=torch.long)
+        on_edge = self.near_miss(spec) & (self.margin["gradient"] <= spec.edge * self.clean_margin.float())
+        left = (spec.near_tries + spec.edge_tries - self.near_tries).clamp(min=0)
+        return torch.where(on_edge, left, torch.zeros_like(left))
 
     def near_misses_left(self, spec: LadderSpec) -> torch.Tensor:
         """The near misses (:meth:`near_miss`) the targeted family has not yet given its ``near_tries`` extra starts:
@@ -227,7 +249,7 @@ class Ladder:
         as well (and gained nothing that calls it closing in), two starts stalled there and the family has spent
         its evidence (design 7: going on to the cap was a large share of cnn_at 64/255's forward passes, on
         three near misses, where only the first extra start ever broke one)."""
-        return self.near_miss(spec) & (self.near_tries < spec.near_tries)
+        return (self.near_miss(spec) & (self.near_tries < spec.near_tries)) | self.edge_left(spec)
 
     def near_miss(self, spec: LadderSpec) -> torch.Tensor:
         """Mask of the still-robust samples on which a gradient search stalled at the boundary's edge: at most

@@ -74,9 +74,13 @@ def climb(ladder: Ladder, spec: LadderSpec, eps: float, run: RunAttack, *, unsta
             if len(idx):
                 if rung.family == "targeted" and r > 1:  # the deep runs follow the sweep's measured class order
                     rung = replace(rung, order=ladder.measured_order(idx, closing["targeted"], rung.params["first"],
-                                                                     rung.params["targets"], scopes["single"]))
-                    if rung.order is not None:
-                        ladder.near_tries[idx.cpu()[scopes["single"][idx.cpu()]]] += 1
+                                                                     rung.params["targets"], scopes["single"],
+                                                                     ladder.edge_starts(spec)))
+                    if rung.order is not None:  # a near miss's extra starts: its positions holding a class
+                        lo = rung.params["first"] - 1
+                        ran = (rung.order[:, lo:lo + rung.params["targets"]] >= 0).sum(1)
+                        one = scopes["single"][idx.cpu()]
+                        ladder.near_tries[idx.cpu()[one]] += ran[one].to(ladder.near_tries.dtype)
                 if rung.family == "free" and r > 1:  # Square continues each sample's search from its best point
                     rung = replace(rung, resume=ladder.square_state(idx))
                 res = run(rung, idx)
@@ -129,7 +133,7 @@ def _scopes(ladder: Ladder, spec: LadderSpec, r: int, kind: str, closing: Dict[s
         nearest = ladder.near(spec.near_share, spec.near_min, "gradient")
         out[fam] = nearest | closing[fam]
     out["gradient"] = out["targeted"]
-    out["single"] = closing["targeted"] & ~ladder.closing["targeted"] & ~nearest
+    out["single"] = (closing["targeted"] & ~ladder.closing["targeted"] & ~nearest) | (ladder.edge_left(spec) & ~nearest)
     return out
 
 
