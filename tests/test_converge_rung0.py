@@ -9,6 +9,8 @@ import torch
 
 import robustbench_pid as rbp
 import robustbench_pid.benchmarks.adversarial as adversarial
+import robustbench_pid.benchmarks.converge as converge_mod
+import robustbench_pid.benchmarks.walk as walk
 from robustbench_pid.attacks import make_attack
 from robustbench_pid.benchmarks.ladder.rung0 import RowWalk, rung0_verdicts
 
@@ -81,13 +83,14 @@ def test_a_unit_whose_row_ran_elsewhere_walks_it_again_to_the_same_records(plain
     same records, the pass columns included."""
     x, y = digits8
     walks = []
-    real = adversarial.standard_walk
+    real = walk.standard_walk
 
     def counted(ctx, unit, attack, *a, **k):
         walks.append(unit.benchmark)
         return real(ctx, unit, attack, *a, **k)
 
-    monkeypatch.setattr(adversarial, "standard_walk", counted)
+    monkeypatch.setattr(adversarial, "standard_walk", counted)  # the row's walk and rung 0's, where each calls it
+    monkeypatch.setattr(converge_mod, "standard_walk", counted)
     kw = dict(model=plain, data=(x[:40], y[:40]), attack="pgd", eps=EPS, steps=10, converge=True, converge_opt=FAST,
               mean=[0.0], std=[1.0], chunk_size=20, name="r")
     df = rbp.evaluate(out=tmp_path / "r", **kw)

@@ -50,7 +50,7 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 import torch
 
 from ..attacks import make_attack
-from ..attacks.base import aligned_draws, still_correct
+from ..attacks.base import still_correct
 from ..results.report.indicators import UNCONSTRAINED
 from ..runtime.device import attack_precision
 from ..runtime.health import check_finite
@@ -58,6 +58,7 @@ from ..specs import Unit, chunks
 from . import Benchmark, Column, benchmarks
 from . import evidence
 from .adv_images import keep_adversarial
+from .walk import standard_walk
 from .ladder.rung0 import RowWalk
 
 
@@ -165,25 +166,6 @@ def attack_batches(ctx: Any, unit: Unit) -> Iterator[AttackedBatch]:
             x_adv_pixels, adv_logits, attacked, grad_zero, gz_known)
         b.evidence = evidence.batch_evidence(ctx, unit, b, sel, state)
         yield b
-
-
-def standard_walk(ctx: Any, unit: Unit, attack: Any, x: torch.Tensor, y: torch.Tensor, sel: torch.Tensor,
-                  gen: torch.Generator) -> Tuple[torch.Tensor, torch.Tensor]:
-    """The standard protocol's attack on rows ``sel`` of a batch: (the points, x itself where not attacked; their
-    verdict logits, fp32, the whole batch in one pass). One function for the row and for the ladder's rung 0 when
-    it walks the row again in another process, so the two walks are the same computation."""
-    x_adv = x.clone()
-    if len(sel):
-        # draws made for the whole batch, then taken at the attacked rows: a sample's random start does
-        # not depend on which other samples are attacked (common random numbers across models whose
-        # clean top-5 sets differ, and rbp.attack on the same batch draws the same)
-        with attack_precision(ctx.device, ctx.spec.precision), aligned_draws(len(x), sel.cpu()):
-            x_adv[sel] = attack(ctx.attacked_model(), x[sel], y[sel], bounds=(0.0, 1.0), generator=gen,
-                                trace=evidence.wants_trace(ctx))
-        check_finite(x_adv[sel], ctx, unit, "attack")
-    with torch.inference_mode():
-        adv_logits = ctx.verdict_model()(x_adv).float()
-    return x_adv, adv_logits
 
 
 @benchmarks.register("adversarial")

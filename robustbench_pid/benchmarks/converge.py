@@ -36,6 +36,7 @@ from .ladder.rung0 import RowWalk, rung0_verdicts
 from .ladder.probes import (NOISE_COSINE, batch_dependent, batch_probe_rows, gradient_draws, gradients_mislead,
                             input_gradients, passes_differ, unavailable)
 from .adv_images import keep_adversarial
+from .walk import standard_walk
 
 CONVERGE = "converge"
 
@@ -261,8 +262,6 @@ class Converge(Benchmark):
         row's generator where the row ran in another process): (top-1 robust after all of them,
         incomplete-optimisation flag, forward, backward passes rung 0 made, the worst-case point so far on the host:
         the first breaking point, else the clean image)."""
-        from .adversarial import standard_walk
-
         c1, c5 = still_correct(clean, y, 1), still_correct(clean, y, 5)
         robust = c1.clone()
         worst = x.detach().cpu().clone()
