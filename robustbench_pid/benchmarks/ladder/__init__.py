@@ -9,9 +9,10 @@ way (obfuscated, noisy, sign-flipped) fools the first three but not it. A ``conv
 attacks alone was wrong on the first adversarially trained model it met (Square broke what APGD-T left).
 
 Rounds (``planned_round``), each rung on the samples still robust after the rungs before it:
-- rung 0 (``user``): the user's attack(s) with their rows' seeds and random starts, on the clean top-1 correct
-  samples, each walked only until its first top-1 break (the row walks on to break top-5 as well; rung 0 breaks
-  every sample the row breaks at top-1, and any whose walk crossed the boundary and came back);
+- rung 0 (``user``, ``rung0.py``): the user's attack(s), read from their rows (design 9): the row's top-1 verdicts
+  on the clean top-1 correct samples, and the first top-1 break its walk noted where the final point no longer
+  shows it (the row walks on to break top-5; rung 0 breaks every sample the row breaks at top-1, and any whose walk
+  crossed the boundary and came back), with no walk of its own;
 - round 1, on every still-robust sample: [EOT rungs when repeated clean passes disagree], a sweep of APGD-T
   over all ``pool`` candidate classes in the order of their linearised boundary distance (MALT's ranking;
   AutoAttack attacks the 9 highest logits for 100 iterations each) with only ``sweep_steps`` iterations per
@@ -90,8 +91,9 @@ A ladder with settings below the defaults (fewer steps, targets, queries, rounds
 so: ``converged (reduced ladder: ...)``. The rule is applied per work unit (so sharding never changes a verdict)
 and once more per condition (``results/summaries/converge.py``).
 
-Modules: ``spec`` (settings), ``rungs`` (what a round runs, running one rung), ``state`` (the per-sample
-evidence), ``stop`` (rounds and the stop rule), ``probes`` (the checks of the model before any rung).
+Modules: ``spec`` (settings), ``rung0`` (rung 0, read from the user's row), ``rungs`` (what a round runs, running
+one rung), ``state`` (the per-sample evidence), ``stop`` (rounds and the stop rule), ``probes`` (the checks of the
+model before any rung).
 """
 from __future__ import annotations
 
