@@ -2,8 +2,8 @@
 
 The ladder starts from the number the user got: rung 0 is the user's attack with its row's seeds, random starts
 and samples. Until design 8 the ladder walked that attack again (to each sample's first top-1 break), which on a
-model the user's attack breaks easily was most of the ladder's fixed cost (11 forward passes per sample of 51 on
-the adversarially trained CNN at 64/255). The row's walk now notes each sample's first top-1 break as it goes
+model the user's attack breaks easily was a large share of the ladder's fixed cost (the adversarially trained CNN
+at 64/255 missed the forward-pass criterion by it). The row's walk now notes each sample's first top-1 break as it goes
 (``Attack.note_first_break``) and leaves a :class:`RowWalk` in the chunk's memo; rung 0 reads it, and passes
 only the points the verdict has not seen: a first top-1 break on a sample whose final point is top-1 correct (the
 walk carried it back, or the attack's precision saw a break the fp32 verdict does not). A unit whose row ran in
