@@ -175,12 +175,14 @@ def attack(model: ModelLike, x: torch.Tensor, y: torch.Tensor, name: str, eps: O
     check_labels(y, "attack(): y")  # the upper bound once the model's classes are known
     if eps is not None:
         from .attacks import get_attack
-        from .run.spec_builder import check_user_eps, eps_list
+        from .run.input_checks import check_user_eps, small_l2_note
+        from .run.spec_builder import eps_list
 
         given = eps_list(eps)
         if len(given) != 1:
             raise UserError(f"attack(): eps must be one value, got {eps!r}")
         check_user_eps(get_attack(name), given[0])
+        small_l2_note(get_attack(name), given)
         params["eps"] = given[0]
     dev = pick_device(device) if device is not None else x.device
     check_precision(dev, precision)

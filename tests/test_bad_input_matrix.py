@@ -276,7 +276,7 @@ BAD_INPUT = {  # case -> (arguments, what the one error line must say, what it m
                               ["rho (APGD's step-size checkpoint share) must be in (0, 1), got 7"], []),
     "pgd_two_step_sizes": (["--model", "deit", "--attack", "pgd", "--step-size", "0.001", "--param",
                             "step_size_factor=5"], ["step_size and step_size_factor both given", "give one"], []),
-    "empty_pth": (["--model", "deit", "--checkpoint", "{tmp}/empty.pth"], ["empty.pth is empty (0 bytes)"], []),
+    "empty_pth": (["--model", "deit", "--checkpoint", "{tmp}/empty.pth"], ["empty.pth is not a checkpoint: it is an empty file (0 bytes)", "Download the file again"], []),
     "checkpoint_is_dir": (["--model", "deit", "--checkpoint", "{tmp}/ckdir"],
                           ["ckdir is a directory, not a checkpoint file", "ckdir/w.safetensors"], ["not found"]),
     "imagenet_o_without_root": (None, ["imagenet-o needs the ImageNet validation set too", "--imagenet-root DIR"], []),

@@ -318,3 +318,27 @@ def test_a_registry_file_name_that_names_another_place_is_refused(tmp_path, file
         released.read_registry(reg)
     reg.write_text('[x]\narchitecture = "deit_tiny_patch16_224"\nfile = "deit_tiny-a1311bcf.pth"\n')
     assert released.read_registry(reg)["x"].file == "deit_tiny-a1311bcf.pth"
+
+
+def test_a_download_that_is_a_web_page_says_so_and_a_registry_file_that_is_one_is_named(server, tmp_path: Path,
+                                                                                      capsys, monkeypatch) -> None:
+    """Issue 65: a server answering with an HTML page instead of the file (Google Drive's virus-scan page) is named
+    in the mismatch, and a registry name whose file is such a page says what it is, the real file's sha256, and how
+    to fetch it again, before the hash check's generic 'corrupt, truncated or another file'."""
+    url, h = server
+    page = b"<!DOCTYPE html><html><head><title>Google Drive - Virus scan warning</title></head></html>"
+    h.files["w.pth"] = page
+    sha = hashlib.sha256(_checkpoint_bytes()).hexdigest()
+    assert main(["fetch", f"{url}/w.pth", "--sha256", sha, "--to", str(tmp_path / "a"), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "(the server sent an HTML page (title 'Google Drive - Virus scan warning'), not " \
+                                    "the file)" in err and "nothing was written" in err
+    data = _checkpoint_bytes(3)
+    full = hashlib.sha256(data).hexdigest()
+    _registry(tmp_path, "http://127.0.0.1:9", full[:8], monkeypatch)
+    d = tmp_path / "mine"
+    d.mkdir()
+    (d / f"tiny_digits-{full[:8]}.pth").write_bytes(page)
+    with pytest.raises(CheckpointError, match=r"is not a checkpoint: it is an HTML page .*Download the file again "
+                                              r"with `robustbench-pid fetch tiny_digits"):
+        read_checkpoint("tiny_digits", checkpoint_dir=str(d))

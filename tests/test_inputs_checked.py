@@ -296,7 +296,7 @@ def test_corrupt_pth_is_reported_corrupt_not_as_a_pickle(content, tmp_path, caps
                           "--out", str(tmp_path / "run")]) == 2
     line = _one_error_line(capsys.readouterr().err)
     assert "cannot read checkpoint: the file is corrupt, truncated or not a PyTorch checkpoint" in line
-    assert "--allow-pickle" not in line and "pickles" not in line and "Copy or save it again" in line
+    assert "--allow-pickle" not in line and "pickles" not in line and "Download or copy it again" in line
 
 
 def test_truncated_torch_save_is_corrupt(tmp_path):

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from ..errors import CheckpointError
+from .sniff import sniff
 
 CHUNK = 1 << 20
 _HEX = re.compile(r"^[0-9a-f]{8,64}$")
@@ -135,8 +136,10 @@ def download(url: str, dest_dir: Path, name: Optional[str] = None, *, sha256: st
         digest = sha256_of(final)
         if digest.startswith(sha256):
             return final
-        raise CheckpointError(f"{final} already exists and its sha256 {digest} does not match {sha256}; delete it "
-                              f"and run the command again")
+        found = sniff(final)
+        what = f" (it is {found.what}, not the file)" if found else ""
+        raise CheckpointError(f"{final} already exists and its sha256 {digest} does not match {sha256}{what}; delete "
+                              f"it and run the command again")
     from filelock import FileLock, Timeout
 
     try:
@@ -153,9 +156,11 @@ def download(url: str, dest_dir: Path, name: Optional[str] = None, *, sha256: st
                 raise CheckpointError(f"cannot download {url} ({reason}){kept}") from None
             digest = sha256_of(part)
             if not digest.startswith(sha256):
+                found = sniff(part)  # a web page or an error document in the file's place: say which
                 part.unlink()
-                raise CheckpointError(f"refused {url}: its sha256 {digest} does not match the expected {sha256}; the "
-                                      f"download was deleted and nothing was written to {final}")
+                what = f" (the server sent {found.what}, not the file)" if found else ""
+                raise CheckpointError(f"refused {url}: its sha256 {digest} does not match the expected {sha256}"
+                                      f"{what}; the download was deleted and nothing was written to {final}")
             os.replace(part, final)
     except Timeout:
         raise CheckpointError(f"another fetch is writing {part} now; wait for it to finish") from None

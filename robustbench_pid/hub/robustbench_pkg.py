@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from ..errors import UserError
+from ..runtime.third_party import quietly
 from .download import user_cache
 from .pypi import Pin, PinnedFileError, download
 
@@ -94,6 +95,7 @@ def missing_package_message(cache: Optional[os.PathLike] = None) -> str:
             f"{ROBUSTBENCH.sha256[:12]}..., and extracts it there; pip is not used, see docs/models.md)")
 
 
+@quietly
 def import_robustbench(cache: Optional[os.PathLike] = None) -> Any:
     """``robustbench.utils`` from the pinned, extracted release (see the module docstring). One ``error:`` line
     when the release is not fetched, the extra is not installed, or another robustbench is already imported."""

@@ -5,6 +5,7 @@ from safetensors.torch import load_file as st_load
 
 from ..hub.checkpoints import checkpoints_dir, manifest_entry
 from ..errors import CheckpointError
+from ..hub import sniff
 from . import Loaded, loaders, sha256_file
 
 RESTORE = "restore the shipped checkpoints (`git checkout -- checkpoints/`, or reinstall the package)"
@@ -16,6 +17,7 @@ def load_embedded(name: str, *, allow_pickle: bool = False) -> Loaded:
     path = checkpoints_dir() / entry["file"]
     if not path.is_file():
         raise CheckpointError(f"embedded checkpoint file missing: {path}; {RESTORE}")
+    sniff.check(path, fix=RESTORE[0].upper() + RESTORE[1:])  # a clone without Git LFS leaves pointers
     digest = sha256_file(path)
     if digest != entry["sha256"]:
         raise CheckpointError(

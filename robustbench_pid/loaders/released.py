@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Optional
 
 from ..errors import CheckpointError
-from ..hub.released import find_file, get_release, missing_message, verify_file
+from ..hub import sniff
+from ..hub.released import fetch_command, find_file, get_release, missing_message, verify_file
 from . import Loaded, loaders, sha256_file
 
 
@@ -25,6 +26,8 @@ def load_released(name: str, *, allow_pickle: bool = False, checkpoint_dir: Opti
     path: Optional[Path] = find_file(rel, checkpoint_dir)
     if path is None:
         raise CheckpointError(missing_message(rel, checkpoint_dir))
+    how = f"with `{fetch_command(rel, checkpoint_dir)}`" if rel.urls else f"from {rel.page or 'its publisher'}"
+    sniff.check(path, expected_sha256=rel.sha256, how=how)
     verify_file(rel, path, sha256_file(path))
     if not rel.published_hash:  # said before the file is read: with --allow-pickle it would be unpickled unverified
         warnings.warn(f"released checkpoint {name!r} has no published hash in the registry: {path} could not be "

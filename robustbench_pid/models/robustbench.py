@@ -22,6 +22,8 @@ from typing import Any, Dict, Iterator, List, Optional
 import torch
 
 from ..errors import CheckpointError, UserError
+from ..hub import sniff
+from ..runtime.third_party import quietly
 from .wrapper import Normalized
 
 PREFIX = "robustbench:"
@@ -116,6 +118,7 @@ def entries(entry: Entry) -> List[str]:
     return list(model_dicts[BenchmarkDataset(entry.dataset)][ThreatModel(entry.threat)])
 
 
+@quietly
 def load_robustbench(model: str, dataset: str, checkpoint: Optional[str] = None,
                      checkpoint_dir: Optional[str] = None, allow_pickle: bool = False,
                      package_cache: Optional[str] = None, plan: bool = False) -> Normalized:
@@ -159,6 +162,9 @@ def load_robustbench(model: str, dataset: str, checkpoint: Optional[str] = None,
         wrapped = _wrap(net, entry, info.num_classes, None, "")
         wrapped.info["planned_without_weights"] = True
         return wrapped
+    gdrive = f" (RobustBench's loader fetches it from Google Drive id {spec['gdrive_id']})" if spec.get("gdrive_id") else ""
+    sniff.check(path, how=f"with robustbench.utils.load_model('{entry.name}', model_dir=DIR, dataset='{entry.dataset}', "
+                          f"threat_model='{entry.threat}') on a machine with internet{gdrive}")
     try:
         with _layout(entry, path, checkpoint_dir) as model_dir, _weights_only(allow_pickle):
             net = utils.load_model(entry.name, model_dir=str(model_dir), dataset=entry.dataset,
@@ -166,11 +172,11 @@ def load_robustbench(model: str, dataset: str, checkpoint: Optional[str] = None,
     except UserError:
         raise
     except Exception as exc:  # noqa: BLE001 - a foreign loader: one line naming the file and the cause
+        lead = f"{entry.alias}: RobustBench's loader could not load"
+        if sniff.is_read_failure(exc):  # torch.load's: objects refused (the pickle advice) or damage (never it)
+            raise sniff.read_failure(path, exc, allow_pickle, lead) from None
         first = str(exc).strip().split("\n")[0][:300]
-        hint = (" (a pickled checkpoint: re-run with --allow-pickle only if you trust the file, it can run code)"
-                if "weights_only" in str(exc) or "Weights only" in str(exc) else "")
-        raise CheckpointError(f"{entry.alias}: RobustBench's loader could not load {path}: "
-                              f"{type(exc).__name__}: {first}{hint}") from None
+        raise CheckpointError(f"{lead} {path}: {type(exc).__name__}: {first}") from None
     return _wrap(net, entry, info.num_classes, path, sha256_of(path))
 
 

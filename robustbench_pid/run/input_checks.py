@@ -11,16 +11,21 @@ the problem and the fix, before any record is written:
   dtype, ``num_classes`` as given, a gradient path to the input when a gradient attack runs;
   ``mean``/``std`` one value per channel). Registered models are built for their data and skip it.
 
+Also a user's eps (``--eps``, ``eps=``): an L-inf eps of 1 is refused (a typo for 1/255); an L2 radius below
+``SMALL_L2`` runs with one note (an L-inf budget typed into an L2 attack).
+
 Used by the data objects (``objects``: every read batch while hashing), by ``Context`` (every batch
 a run reads, registered datasets included) and by ``rbp.attack``.
 """
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence
+import sys
+from typing import Any, List, Optional, Sequence
 
 import numpy as np
 import torch
 
+from ..core.labels import eps_text
 from ..errors import UserError
 
 TOL = 1e-6  # [0, 1] up to float rounding of a transform
@@ -212,3 +217,28 @@ def watch_outputs(net: torch.nn.Module) -> OutputCheck:
 def meta_tensors(module: torch.nn.Module) -> bool:
     """Does the module hold parameters or buffers without data (the meta device)?"""
     return any(t.is_meta for t in list(module.parameters()) + list(module.buffers()))
+
+
+# --- a user's eps (--eps, eps=): values accepted but almost surely not meant ---
+
+SMALL_L2 = 0.1  # below every L2 radius in use (RobustBench CIFAR 0.5, AutoAttack's 0.25 / 0.5 / 1.0, ImageNet 3.0)
+
+
+def small_l2_note(cls: Any, grid: List[Optional[float]]) -> None:
+    """One ``note:`` line for L2 radii below ``SMALL_L2``: most likely an L-inf budget typed in L2 units (8/255 is
+    about 1/16 of RobustBench's 0.5), which runs and reports a robust accuracy near the clean one. Still run: a small
+    L2 radius is legitimate."""
+    small = [e for e in grid if e is not None and cls.norm == "l2" and e < SMALL_L2]
+    if small:
+        given = ", ".join(f"{eps_text(e, 'linf')} = {e:.4g}" if "/" in eps_text(e, "linf") else f"{e:g}" for e in small)
+        print(f"note: --attack {cls.name} --eps {given}: an L2 radius well below the usual ones (0.25 / 0.5 / 1.0 on "
+              f"CIFAR, 3.0 on ImageNet); L2 radii are plain numbers in pixel units, not k/255 steps: for RobustBench's "
+              f"CIFAR-10 L2 budget write --eps 0.5. Running it as given.", file=sys.stderr)
+
+
+def check_user_eps(cls: Any, eps: Optional[float]) -> None:
+    """An L-inf eps of 1 lets an attack replace the image by any other: a typo for 1/255, not a budget (the
+    unbounded run that checks attacks is ``--indicators``' own, not an eps)."""
+    if eps is not None and cls.norm == "linf" and eps == cls.eps_max:  # above it: the attack says "exceeds"
+        raise UserError(f"attack {cls.name!r}: eps {eps:g} spans the whole pixel range [0, 1] (any image can be "
+                        f"reached); did you mean {eps:g}/255? (--indicators adds an unbounded check run itself)")

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 from ..errors import UserError
+from .input_checks import check_user_eps, small_l2_note
 from ..specs import AttackSpec, RunSpec
 
 PAPER_EPS_GRID = [f"{i}/255" for i in range(1, 7)]  # PIDformer appendix C.1
@@ -136,15 +137,8 @@ def attack_specs(attack: Union[None, str, Sequence[str]] = None, eps: EpsLike = 
             check_user_eps(cls, e)
             p = dict(overrides) if e is None else {**overrides, "eps": e}
             specs.append(AttackSpec(name, cls.from_params(p).params()))
+        small_l2_note(cls, grid)
     return specs
-
-
-def check_user_eps(cls: Any, eps: Optional[float]) -> None:
-    """An L-inf eps of 1 lets an attack replace the image by any other: a typo for 1/255, not a budget (the
-    unbounded run that checks attacks is ``--indicators``' own, not an eps)."""
-    if eps is not None and cls.norm == "linf" and eps == cls.eps_max:  # above it: the attack says "exceeds"
-        raise UserError(f"attack {cls.name!r}: eps {eps:g} spans the whole pixel range [0, 1] (any image can be "
-                        f"reached); did you mean {eps:g}/255? (--indicators adds an unbounded check run itself)")
 
 
 def _dataset_request(dataset: str, split: Optional[str], data_root: Optional[str], imagenet_root: Optional[str],

@@ -5,7 +5,8 @@ import html
 
 import pandas as pd
 
-from .evidence_text import evidence_matrix
+from .evidence_text import SHORT, evidence_matrix
+from .indicators import INDICATORS
 
 
 def evidence_section(rows: pd.DataFrame) -> str:
@@ -14,15 +15,17 @@ def evidence_section(rows: pd.DataFrame) -> str:
     wide, notes = evidence_matrix(rows if rows is not None else pd.DataFrame())
     if wide.empty:
         return ""
+    shown = [c for c in wide.columns if c in [SHORT[i] for i in INDICATORS]]
+    flagged = ("percent of attacked samples flagged by each indicator of attack failure shown" if shown else
+               "no indicator of attack failure applies to these attacks without an extra run")
     head = "".join(f"<th>{html.escape(str(c))}</th>" for c in wide.columns)
     body = "".join("<tr>" + "".join(f"<td>{html.escape(str(v))}</td>" for v in row) + "</tr>"
                    for row in wide.itertuples(index=False))
     items = "".join(f"<li>{'' if n.startswith('warning') or ': warning' in n else f'n/a{i + 1}: '}"
                     f"{html.escape(n)}</li>" for i, n in enumerate(notes))
     return ("<h2 id='evidence'>Evidence that each attack worked</h2>"
-            "<p class='muted'>Passes per attacked sample; percent of attacked samples flagged by each indicator of "
-            "attack failure (Pintor et al., NeurIPS 2022; definitions and thresholds in docs/attacks.md); "
-            "verdict agreement with fp32 eager.</p>"
+            f"<p class='muted'>Passes per attacked sample; {flagged} (Pintor et al., NeurIPS 2022; definitions and "
+            "thresholds in docs/attacks.md); verdict agreement with fp32 eager.</p>"
             f"<div style='overflow-x:auto'><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>"
             + (f"<ul class='notes'>{items}</ul>" if items else ""))
 

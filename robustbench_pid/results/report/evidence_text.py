@@ -8,7 +8,9 @@ import pandas as pd
 
 from ...core.labels import eps_text
 from .evidence_rows import EVIDENCE_METRICS
-from .indicators import INDICATORS
+from .indicators import INDICATORS, LIBRARY_ATTACKS
+
+BLIND = ("silent_success", "incomplete_optimization", "unavailable_gradients")  # need the attack's own iterates
 
 SHORT = {"passes_forward": "fwd/sample", "passes_backward": "bwd/sample", "silent_success": "silent",
          "incomplete_optimization": "incomplete", "unconstrained_failure": "unconstrained",
@@ -67,9 +69,14 @@ def format_evidence(summary: pd.DataFrame) -> str:
     if wide.empty:
         return "evidence: no attack telemetry in these results"
     shown = [SHORT[i] for i in INDICATORS if SHORT[i] in wide.columns]
-    others = [SHORT[i] for i in INDICATORS if SHORT[i] not in wide.columns]
-    head = ("evidence that each attack worked: passes per attacked sample, and the share of attacked samples "
-            "flagged by each indicator of attack failure shown (" + ", ".join(shown) + "; docs/attacks.md)" +
+    ev = summary[summary["metric"].isin(EVIDENCE_METRICS)]
+    attacks = set(ev["attack"].astype(str)) if "attack" in ev.columns else set()
+    library_only = bool(attacks) and attacks <= set(LIBRARY_ATTACKS)  # their iterates stay unseen: --indicators or not
+    others = [SHORT[i] for i in INDICATORS if SHORT[i] not in wide.columns and not (library_only and i in BLIND)]
+    head = ("evidence that each attack worked: passes per attacked sample" +
+            (", and the share of attacked samples flagged by each indicator of attack failure shown ("
+             + ", ".join(shown) + "; docs/attacks.md)" if shown else
+             "; no indicator of attack failure applies to these attacks without an extra run (docs/attacks.md)") +
             (f"; {', '.join(others)} need --indicators (an extra run per attack)" if others else ""))
     lines = [head, wide.to_string(index=False)]
     lines += [f"  n/a{i + 1}: {n}" if not n.startswith(("warning",)) and ": warning" not in n else f"  {n}"
