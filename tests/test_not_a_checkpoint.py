@@ -212,28 +212,7 @@ def test_the_evidence_header_never_prints_an_empty_list_of_indicators() -> None:
 
 # --- robustbench: models, through RobustBench's own loader, in a fresh process (its import is process-wide) ---
 
-@pytest.fixture(scope="module")
-def package() -> Path:
-    from robustbench_pid.hub import robustbench_pkg as rp
-    from robustbench_pid.hub.pypi import PyPIUnreachable
-
-    try:
-        return rp.fetch_package()
-    except PyPIUnreachable as exc:
-        pytest.skip(f"PyPI unreachable, so RobustBench's pinned release cannot be fetched: {exc}")
-
-
-def _cifar(root: Path) -> Path:
-    import pickle
-
-    import numpy as np
-
-    folder = root / "cifar-10-batches-py"
-    folder.mkdir(parents=True)
-    with open(folder / "test_batch", "wb") as f:
-        pickle.dump({"batch_label": "t", "labels": [0, 1, 2, 3], "data": np.zeros((4, 3072), np.uint8),
-                     "filenames": [f"{i}.png" for i in range(4)]}, f, protocol=2)
-    return root
+from test_robustbench_models import _cifar, package  # noqa: E402,F401  (the fetched release; a CIFAR-10 test file)
 
 
 def _evaluate_standard(tmp_path: Path, *extra: str, env: dict = None) -> subprocess.CompletedProcess:
@@ -243,7 +222,7 @@ def _evaluate_standard(tmp_path: Path, *extra: str, env: dict = None) -> subproc
     base = {**os.environ, "HTTP_PROXY": dead, "HTTPS_PROXY": dead, "http_proxy": dead, "https_proxy": dead,
             "ROBUSTBENCH_PID_PACKAGES": str(rp.packages_dir()), "OMP_NUM_THREADS": "1"}
     base.pop(third_party.VERBOSE_ENV, None)
-    data = tmp_path / "data" if (tmp_path / "data").exists() else _cifar(tmp_path / "data")
+    data = tmp_path / "data" if (tmp_path / "data").exists() else _cifar(tmp_path / "data", n=4)
     cmd = [sys.executable, "-m", "robustbench_pid", "evaluate", "--model", "robustbench:Standard", "--dataset",
            "cifar10", "--data-root", str(data), "--checkpoint-dir", str(tmp_path / "models"), "--attack", "pgd",
            "--eps", "8/255", "--device", "cpu", "--out", str(tmp_path / "run"), *extra]
