@@ -6,7 +6,6 @@ deprecation warnings stay off the screen unless ``ROBUSTBENCH_PID_VERBOSE`` is s
 units gets one note; the evidence header never prints an empty list of indicators."""
 from __future__ import annotations
 
-import io
 import logging
 import os
 import subprocess
