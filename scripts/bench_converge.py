@@ -17,7 +17,8 @@ later rung of the ladder broke this sample".
     python scripts/bench_converge.py --models deit pid_deit --eps 4/255 --limit 48   # measure
     python scripts/bench_converge.py --models deit --eps 1/255 --chunk-size 120       # resumable in pieces
     python scripts/bench_converge.py --models deit_at --eps 8/255 --phases autoattack reference  # the slow part
-    python scripts/bench_converge.py --render                                         # the docs block
+    python scripts/bench_converge.py --models cnn_at --eps 48/255 --draw 1 --phases ladder  # another draw
+    python scripts/bench_converge.py --render                                         # the docs blocks
     python scripts/bench_converge.py --check                                          # exit 1 if the block is stale
 """
 from __future__ import annotations
@@ -35,6 +36,7 @@ import pandas as pd
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import converge_doc as doc  # noqa: E402  (the docs block: result side, no torch)
+import converge_draws as draws  # noqa: E402  (the draws block: result side, no torch)
 from converge_doc import OUT, cell_dir  # noqa: E402
 REFERENCE = {"apgd_strong": {"steps": 250, "restarts": 5, "loss": "ce"}, "square": {"n_queries": 10000}}
 
@@ -160,14 +162,15 @@ PHASES = ("ladder", "autoattack", "reference")
 
 
 def measure(model: str, e: str, limit: int, out: Path, device: str = "cpu",
-            chunk_size: int = 0, phases=PHASES) -> Optional[pd.DataFrame]:
+            chunk_size: int = 0, phases=PHASES, draw: int = 0) -> Optional[pd.DataFrame]:
     """One cell: the ladder, then AutoAttack, then the reference, each timed per work unit on this device.
     ``chunk_size`` (0: the run's default, 512) cuts a new run into work units of that many samples, and the
     reference into blocks of that many, so a run killed part-way keeps what it finished (a finished run or
     reference is reused whatever its chunking). Several processes may run one cell: they share its units and
     blocks, and ``None`` comes back to each one but the last, which writes the cell's bench row. ``phases``
     limits what runs (AutoAttack and the reference on a robust model are the hours; the ladder is minutes): the
-    bench row is written once all three exist."""
+    bench row is written once all three exist. ``draw`` k >= 1 runs the ladder with seed k into its own run folder
+    and bench row (``converge_draws``), against the same AutoAttack and reference."""
     import torch
 
     import robustbench_pid as rbp
@@ -177,8 +180,8 @@ def measure(model: str, e: str, limit: int, out: Path, device: str = "cpu",
     from robustbench_pid.runtime.device import pick_device
 
     device, eps, cell = str(pick_device(device)), parse_eps(e), cell_dir(out, model, e)
-    conv_dir, aa_dir = cell / "converge", cell / "autoattack"
-    for phase, run_dir, kw in (("ladder", conv_dir, dict(attack="pgd", steps=20, converge=True)),
+    conv_dir, aa_dir = cell / draws.run_name(draw), cell / "autoattack"
+    for phase, run_dir, kw in (("ladder", conv_dir, dict(attack="pgd", steps=20, converge=True, seed=draw)),
                                ("autoattack", aa_dir, dict(attack="autoattack"))):
         if phase in phases and not is_complete(run_dir):  # a finished run is reused, from whichever device made it
             t = time.time()
@@ -233,7 +236,7 @@ def measure(model: str, e: str, limit: int, out: Path, device: str = "cpu",
         "aa_chunk": int(json.loads((aa_dir / "run.json").read_text()).get("chunk_size", 512)),
         "ref_block": int(ref["block"].iloc[0]) if "block" in ref.columns else 0,
         "rungs": ";".join(dict.fromkeys(c["converge_rungs"].astype(str)))}])
-    _write_csv(row, cell / "bench.csv")
+    _write_csv(row, cell / draws.bench_name(draw))
     return row
 
 
@@ -256,25 +259,32 @@ def main(argv: List[str] = None) -> int:
                         "survive a killed run on a slow machine")
     p.add_argument("--phases", nargs="+", choices=PHASES, default=list(PHASES),
                    help="what to run of each cell (default: all three); the bench row is written once all exist")
+    p.add_argument("--draw", type=int, default=0,
+                   help="the ladder's random draw: k >= 1 runs it with --seed k into its own run folder and bench row "
+                        "(the draws block); 0, the grid of the converge block")
     p.add_argument("--render", action="store_true", help="write the docs block from --out (no evaluation)")
     p.add_argument("--check", action="store_true", help="exit 1 if the docs block is not --render's output")
     args = p.parse_args(argv)
+    if args.draw < 0:
+        p.error(f"--draw must be a whole number >= 0 (a seed), got {args.draw}")
     if args.check:
-        ok = doc.check_doc(args.out)
+        ok, ok_draws = doc.check_doc(args.out), draws.check(args.out)
         print("docs/attacks.md converge block: " + ("up to date" if ok else "stale (run --render)"))
-        return 0 if ok else 1
+        print("docs/attacks.md converge-draws block: " + ("up to date" if ok_draws else "stale (run --render)"))
+        return 0 if ok and ok_draws else 1
     args.out.mkdir(parents=True, exist_ok=True)
     if args.render:
         block = doc.render(args.out)
         doc.write_doc(block)
         print(block)
+        print(draws.write(args.out))
         return 0
     import torch
 
     torch.set_num_threads(1)
     for m in args.models:
         for e in (e.strip() for e in args.eps.split(",") if e.strip()):
-            df = measure(m, e, args.limit, args.out, args.device, args.chunk_size, tuple(args.phases))
+            df = measure(m, e, args.limit, args.out, args.device, args.chunk_size, tuple(args.phases), args.draw)
             if df is not None:
                 print(df.drop(columns=["rungs"]).to_string(index=False))
     return 0
