@@ -297,6 +297,10 @@ def test_timm_weights_hosted_at_a_url_are_checked_against_the_hash_in_their_name
     cached.write_bytes(_checkpoint_bytes(7))  # not the published file
     with pytest.raises(CheckpointError, match=f"does not start with {prefix}, the hash prefix in its name"):
         timm_hub.load_timm("tiny.url")
+    cached.write_bytes(b"version https://git-lfs.github.com/spec/v1\noid sha256:" + b"a" * 64 + b"\nsize 9\n")
+    with pytest.raises(CheckpointError, match=r"is not a checkpoint: it is a Git LFS pointer.*Download the file "
+                                              r"again \(9 bytes, sha256 a{64}\) \(delete it; the next run downloads"):
+        timm_hub.load_timm("tiny.url")  # issue 65: what the cached file is, before the hash's "not the published one"
     cached.write_bytes(data)
     got = timm_hub.load_timm("tiny.url")
     assert got.sha256.startswith(prefix) and "model" not in got.state_dict

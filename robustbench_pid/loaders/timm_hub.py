@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, List, Optional
 
 from ..errors import CheckpointError
+from ..hub import sniff
 from . import Loaded, loaders
 
 HUB_FILES = ("model.safetensors", "pytorch_model.bin")
@@ -133,6 +134,7 @@ def _from_url(name: str, cfg: Any) -> Path:
         except Exception as exc:  # noqa: BLE001
             raise _unreachable(name, cfg, f"{type(exc).__name__}: {exc}") from None
     if prefix and not sha256_file(target).startswith(prefix):
+        sniff.check(target, how=f"(delete it; the next run downloads {cfg.url})")  # a page saved in its place
         raise CheckpointError(f"{target}: its sha256 does not start with {prefix}, the hash prefix in its name "
                               f"(timm {name!r}); the file is not the published one and was not read. Delete it "
                               f"and run again to download it, or pass --checkpoint PATH")
