@@ -43,9 +43,24 @@ def rows(out: Path) -> Dict[Tuple[str, str], Dict[int, pd.Series]]:
     return got
 
 
-def misses(r: pd.Series) -> List[str]:
-    """The criteria a draw's row misses, each with by how much (``converge_doc.criteria``)."""
-    return [f"{name} ({miss})" for name, ok, miss in criteria(r) if ok is not None and not ok]
+def why(out: Path, model: str, eps: str, draw: int) -> str:
+    """A status other than converged in the stop rule's own words, up to its advice ('' where converged or the
+    records are not there)."""
+    from robustbench_pid.results.store import load_records
+
+    run = cell_dir(out, model, eps) / run_name(draw)
+    if not (run / "records.parquet").is_file():
+        return ""
+    c = load_records(run)
+    c = c[c["attack"] == "converge"]
+    return "" if c.empty or c["converge_status"].iloc[0] == "converged" else str(c["converge_detail"].iloc[0]).split(": ")[0]
+
+
+def misses(r: pd.Series, reason: str = "") -> List[str]:
+    """The criteria a draw's row misses, each with by how much (``converge_doc.criteria``); ``reason``: why the
+    status is not converged (:func:`why`)."""
+    return [f"{name} ({miss}{f': {reason}' if name == 'converged' and reason else ''})"
+            for name, ok, miss in criteria(r) if ok is not None and not ok]
 
 
 def render(out: Path) -> str:
@@ -62,7 +77,8 @@ def render(out: Path) -> str:
                 if d not in per:
                     cells.append("not run")
                     continue
-                r, miss = per[d], misses(per[d])
+                r = per[d]
+                miss = misses(r, why(out, model, e, d) if r.status != "converged" else "")
                 cells.append(f"{r.converged:.2f} {r.status}: " + ("every criterion" if not miss else
                                                                    "misses " + ", ".join(miss)))
                 if miss:
