@@ -15,13 +15,15 @@ from robustbench_pid.core import robustbench as rb
 from robustbench_pid.core.imagenet_info import CORRUPTIONS_EXTRA
 
 ROWS = 10_000
+ACTIVE = 5  # classes the test labels and TinyNet's predictions use (CIFAR-100 too: accuracies of ~20%, not ~1%)
 FOLDER = {"cifar10": "CIFAR-10-C", "cifar100": "CIFAR-100-C"}
 
 
 def write_release(root: Path, base: str = "cifar10", n: int = 8, seed: int = 0) -> Path:
-    """``root`` as RobustBench's data_dir: ``<FOLDER>/`` (labels.npy + 19 corruption files) and the clean test file."""
+    """``root`` as RobustBench's data_dir: ``<FOLDER>/`` (labels.npy + 19 corruption files) and the clean test file.
+    Labels are of the first ``ACTIVE`` classes, the ones :class:`TinyNet` predicts, so accuracies are not all 0."""
     rng = np.random.default_rng(seed)
-    classes = 10 if base == "cifar10" else 100
+    classes = ACTIVE
     folder = root / FOLDER[base]
     folder.mkdir(parents=True)
     labels = np.tile(rng.integers(0, classes, ROWS).astype(np.uint8), 5)  # the released file repeats them per severity
@@ -53,6 +55,7 @@ class TinyNet(torch.nn.Module):
         with torch.no_grad():
             for p in self.parameters():
                 p.copy_(torch.randn(p.shape, generator=g) * 0.2)
+            self.fc.bias[ACTIVE:] = -100.0  # predicts the first ACTIVE classes only
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.fc(torch.relu(self.conv(x - 0.5)).flatten(1))
