@@ -19,9 +19,9 @@ ACTIVE = 5  # classes the test labels and TinyNet's predictions use (CIFAR-100 t
 FOLDER = {"cifar10": "CIFAR-10-C", "cifar100": "CIFAR-100-C"}
 
 
-def write_release(root: Path, base: str = "cifar10", n: int = 8, seed: int = 0) -> Path:
+def write_release(root: Path, base: str = "cifar10", n: int = 8, seed: int = 0, n_clean: int = 0) -> Path:
     """``root`` as RobustBench's data_dir: ``<FOLDER>/`` (labels.npy + 19 corruption files) and the clean test file.
-    Labels are of the first ``ACTIVE`` classes, the ones :class:`TinyNet` predicts, so accuracies are not all 0."""
+    The clean file holds ``n_clean`` images (default ``2 n``). Labels are of the first ``ACTIVE`` classes, the ones :class:`TinyNet` predicts, so accuracies are not all 0."""
     rng = np.random.default_rng(seed)
     classes = ACTIVE
     folder = root / FOLDER[base]
@@ -39,7 +39,8 @@ def write_release(root: Path, base: str = "cifar10", n: int = 8, seed: int = 0) 
     clean.mkdir()
     key = "labels" if base == "cifar10" else "fine_labels"
     with open(clean / f["test_batch"], "wb") as fh:
-        pickle.dump({key: [int(v) for v in labels[:2 * n]], "data": rng.integers(0, 256, (2 * n, 3072), dtype=np.uint8)},
+        k = n_clean or 2 * n
+        pickle.dump({key: [int(v) for v in labels[:k]], "data": rng.integers(0, 256, (k, 3072), dtype=np.uint8)},
                     fh, protocol=2)
     return root
 
