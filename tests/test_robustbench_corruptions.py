@@ -100,3 +100,55 @@ def test_export_writes_robustbench_fields_and_a_csv_row_that_rereads_to_corrupti
     assert list(table.index) == ["Standard"] and f"{100 * table.values.mean():.2f}" == entry["corruptions_acc"]
     assert 100 * table.values.mean() == pytest.approx(acc, abs=1e-9)
     assert "not RobustBench-comparable" in entry["footnote"] and got.notes
+
+
+class _TinyImageNet(__import__("torch").nn.Module):
+    """1000 classes from 224 px images, predictions varying with the pixels."""
+
+    def __init__(self) -> None:
+        import torch
+
+        super().__init__()
+        g = torch.Generator().manual_seed(0)
+        self.fc = torch.nn.Linear(3 * 8 * 8, 1000)
+        with torch.no_grad():
+            self.fc.weight.copy_(torch.randn(self.fc.weight.shape, generator=g))
+            self.fc.bias.zero_()
+
+    def forward(self, x):
+        import torch
+
+        return self.fc(torch.nn.functional.adaptive_avg_pool2d(x - 0.5, 8).flatten(1))
+
+
+def test_imagenet_runs_robustbench_5000_list_in_its_order_with_mce(tmp_path: Path) -> None:
+    from PIL import Image
+
+    from robustbench_pid.core.imagenet_info import CORRUPTIONS_15, wnid_to_index
+
+    ids = rb.imagenet_subset()[:3]
+    rng = np.random.default_rng(0)
+    for c in CORRUPTIONS_15:
+        for s in range(1, 6):
+            for i in ids:
+                p = tmp_path / "data" / "ImageNet-C" / c / str(s) / i
+                p.parent.mkdir(parents=True, exist_ok=True)
+                Image.fromarray(rng.integers(0, 256, (224, 224, 3), dtype=np.uint8)).save(p, quality=95)
+    for i in ids:  # the clean images, through the entry's own preprocessing (resize 256, centre crop 224)
+        p = tmp_path / "val" / i
+        p.parent.mkdir(parents=True, exist_ok=True)
+        Image.fromarray(rng.integers(0, 256, (300, 280, 3), dtype=np.uint8)).save(p, quality=95)
+    df = rbp.evaluate(_TinyImageNet(), dataset="imagenet", suite="robustbench-corruptions", num_classes=1000,
+                      data_root=str(tmp_path / "data"), imagenet_root=str(tmp_path / "val"), limit=3, device="cpu",
+                      out=str(tmp_path / "run"), quiet=True)
+    rec = rbp.load_records(tmp_path / "run")
+    fog = rec[rec["condition"] == "fog/2"]
+    assert list(fog["sample_id"]) == [f"fog/2/{i}" for i in ids]  # the list's order, not sorted
+    assert list(fog["label"]) == [wnid_to_index()[i.split("/")[0]] for i in ids]
+    cells = rec[rec["condition"] != "clean"].groupby(["corruption", "severity"])["correct_top1"].mean()
+    acc = float(df[df.metric == "corruptions_acc"]["value"].iloc[0])
+    assert len(cells) == 75 and acc == pytest.approx(100 * cells.mean())
+    assert len(df[df.metric == "mce"]) == 1  # against AlexNet's published errors
+    info = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert info["leaderboard"]["n"] == 5000 and info["leaderboard"]["comparable"] is False
+    assert info["leaderboard"]["reasons"] == ["3 of the leaderboard's 5,000 images per cell (--limit)"]

@@ -36,12 +36,14 @@ def compare_corruptions(model: str, name: str, dataset: str, summary: pd.DataFra
 
 def paired_cells(records: pd.DataFrame) -> List[Dict[str, Any]]:
     """Per (corruption, severity) in RobustBench's order: the cell's accuracy and clean - cell over the images both
-    scored (paired by test image: the sample id's ``test/<index>`` tail)."""
+    scored (paired by image: the sample id after its condition, ``test/<index>`` or ``<wnid>/<file>``)."""
     from ..stats.stats import paired_difference_interval
 
     if records.empty or "corruption" not in records.columns:
         return []
-    image = records["sample_id"].astype(str).str.rpartition("/test/")[2]
+    ids, conds = records["sample_id"].astype(str), records["condition"].astype(str)
+    image = pd.Series([i[len(c) + 1:] if i.startswith(c + "/") else i for i, c in zip(ids, conds)],
+                      index=records.index)  # the id after its condition: the same image in every condition
     clean = records[records["corruption"].fillna("") == ""].assign(image=image).set_index("image")["correct_top1"]
     out = []
     for c in rb.corruption_order():
