@@ -16,20 +16,12 @@ import robustbench_pid as rbp
 from robustbench_pid.core import robustbench as rb
 from robustbench_pid.errors import UserError
 from robustbench_pid.hub import robustbench_pkg as rp
-from robustbench_pid.hub.pypi import PyPIUnreachable
 
-from released_c import ROWS, TinyNet, disk_bytes, write_release
+from released_c import ROWS, disk_bytes, write_release
+from test_robustbench_models import package  # noqa: F401  (the pinned release, fetched once; a fixture)
 
 TESTS = Path(__file__).parent
 CLI_MODEL = ["--model", "timm:pid_deit_digits_patch4_32", "--checkpoint", "embedded:pid_deit_digits"]  # 32 px, 10 classes
-
-
-@pytest.fixture(scope="module")
-def package() -> Path:
-    try:
-        return rp.fetch_package()
-    except PyPIUnreachable as exc:
-        pytest.skip(f"PyPI unreachable, so RobustBench's pinned release cannot be fetched: {exc}")
 
 
 def _env() -> dict:

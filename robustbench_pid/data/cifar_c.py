@@ -25,6 +25,7 @@ from ..core import robustbench as rb
 from ..core.imagenet_info import CORRUPTIONS_EXTRA, SEVERITIES
 from ..errors import UserError
 from . import DatasetInfo, datasets
+from .imagenet_c import _Lazy  # a sequence computed per index (76 conditions x 10,000 samples)
 from .released_arrays import ReleasedArray, open_array
 
 ROWS = 10_000  # rows per severity, as RobustBench hard-codes it
@@ -153,24 +154,6 @@ class CifarC(Dataset):
             sizes.append(a.size)
             mtimes.append(a.mtime_ns)
         return {"row": rows, "file": files, "file_size": sizes, "file_mtime_ns": mtimes}
-
-
-class _Lazy(Sequence):
-    """A read-only sequence computed per index (76 conditions x 10,000 samples: no per-sample objects)."""
-
-    def __init__(self, n: int, fn: Any) -> None:
-        self._n, self._fn = n, fn
-
-    def __len__(self) -> int:
-        return self._n
-
-    def __getitem__(self, i: Any) -> Any:
-        if isinstance(i, slice):
-            return [self._fn(j) for j in range(*i.indices(self._n))]
-        i = int(i) + (self._n if int(i) < 0 else 0)
-        if not 0 <= i < self._n:
-            raise IndexError(i)
-        return self._fn(i)
 
 
 def _factory_of(name: str) -> Any:
