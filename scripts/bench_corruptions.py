@@ -9,7 +9,9 @@ Also the peak resident memory of each side above the process's own before it sta
 once, the harness's modules imported by a warm-up run of 8 images per cell): the harness reads the rows of one batch through a memory map it drops after the copy, so it should stay
 well under one whole array (153.6 MB); the plain loop holds a whole array (and its float copy of one severity).
 The peak is sampled every 10 ms while the cells are scored (the harness: until its last unit file is written, so
-the final tables, which read every record, are reported apart).
+the final tables, which read every record, are reported apart); for the harness also the part of it that is its
+set-up before the first batch is read (the run's plan: ``plan.json`` lists every sample id), and the growth above
+that while it scores.
 
     python scripts/bench_corruptions.py                       # a generated sparse release, 2,000 images per cell
     python scripts/bench_corruptions.py --data-root DIR --n 10000 --device cuda   # your CIFAR-10-C, whole cells
@@ -39,8 +41,25 @@ def rss() -> int:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
+FIRST_READ: Dict[str, int] = {}  # RSS when the harness reads its first batch: its set-up done, nothing scored yet
+
+
+def mark_first_read() -> None:
+    """Record the RSS at the dataset's first batch read (the run's plan, folder and model are set up by then)."""
+    from robustbench_pid.data.cifar_c import CifarC
+
+    read = CifarC.__getitems__
+
+    def first(self: Any, indices: Any) -> Any:
+        FIRST_READ.setdefault("rss", rss())
+        return read(self, indices)
+
+    CifarC.__getitems__ = first  # type: ignore[method-assign]
+
+
 def peak_while(fn: Callable[[], Any], until: Callable[[], bool], device: torch.device) -> Dict[str, float]:
     """fn's wall time, and the peak RSS above the start while ``until()`` is false (and overall)."""
+    FIRST_READ.clear()
     base, peak, stop = rss(), {"scoring": 0, "all": 0}, threading.Event()
 
     def sample() -> None:
@@ -59,8 +78,12 @@ def peak_while(fn: Callable[[], Any], until: Callable[[], bool], device: torch.d
     s = time.perf_counter() - t0
     stop.set()
     t.join()
-    return {"s": s, "scoring_growth_mb": max(0, peak["scoring"] - base) / 1e6,
-            "all_growth_mb": max(0, peak["all"] - base) / 1e6}
+    got = {"s": s, "scoring_growth_mb": max(0, peak["scoring"] - base) / 1e6,
+           "all_growth_mb": max(0, peak["all"] - base) / 1e6}
+    if "rss" in FIRST_READ:  # the harness: how much of it is its set-up (plan.json's sample ids, ...), not data
+        got["setup_mb"] = (FIRST_READ["rss"] - base) / 1e6
+        got["scoring_growth_above_setup_mb"] = max(0, peak["scoring"] - FIRST_READ["rss"]) / 1e6
+    return got
 
 
 def plain_loop(model: torch.nn.Module, root: Path, n: int, bs: int, device: torch.device) -> float:
@@ -102,6 +125,7 @@ def main() -> None:
         model = TinyNet().eval().to(device)
         with torch.no_grad():
             model(torch.rand(a.batch, 3, 32, 32, device=device))
+        mark_first_read()
         rbp.evaluate(model, dataset="cifar10", suite="robustbench-corruptions", data_root=str(root), limit=8,
                      device=str(device), out=str(Path(tmp) / "warm-up"), quiet=True)  # imports and caches: not counted
         out = Path(tmp) / "run"

@@ -88,6 +88,9 @@ def test_rows_follow_robustbench_arithmetic_and_records_name_their_source(tmp_pa
     cols = ds.record_columns([ds.sample_ids[i]])
     st = (root / "CIFAR-10-C" / "fog.npy").stat()
     assert cols == {"row": [row], "file": ["fog.npy"], "file_size": [st.st_size], "file_mtime_ns": [st.st_mtime_ns]}
+    cb = (root / "cifar-10-batches-py" / "test_batch").stat()
+    assert ds.record_columns(["clean/test/1"]) == {"row": [1], "file": ["test_batch"], "file_size": [cb.st_size],
+                                                   "file_mtime_ns": [cb.st_mtime_ns]}
     assert ds.provenance["ignored_files"] == ["gaussian_blur.npy", "saturate.npy", "spatter.npy", "speckle_noise.npy"]
 
 

@@ -152,3 +152,25 @@ def test_imagenet_runs_robustbench_5000_list_in_its_order_with_mce(tmp_path: Pat
     info = json.loads((tmp_path / "run" / "run.json").read_text())
     assert info["leaderboard"]["n"] == 5000 and info["leaderboard"]["comparable"] is False
     assert info["leaderboard"]["reasons"] == ["3 of the leaderboard's 5,000 images per cell (--limit)"]
+
+
+def test_the_suite_runs_no_attacks_and_refuses_a_wrong_entry_or_setting(tmp_path: Path) -> None:
+    from robustbench_pid.errors import UserError
+    from robustbench_pid.run.spec_builder import build_spec
+    from robustbench_pid.run.suites import load_suite
+
+    s = load_suite("robustbench-corruptions")
+    assert s["attacks"] == [] and s["leaderboard"] == "robustbench-corruptions" and "--limit N" in s["description"]
+    bad = tmp_path / "bad.toml"
+    bad.write_text('leaderboard = "robustbench-corruptions"\n[[attack]]\nname = "pgd"\n')
+    with pytest.raises(UserError, match="runs no attacks"):
+        load_suite(str(bad))
+    with pytest.raises(UserError, match="Linf entry and --suite robustbench-corruptions its corruptions leaderboard"):
+        build_spec("robustbench:Standard", dataset="cifar10", suite="robustbench-corruptions", dry_run=True)
+    with pytest.raises(UserError, match="drop --subset"):
+        build_spec(ENTRY, dataset="cifar10", suite="robustbench-corruptions", subset=5, dry_run=True)
+    with pytest.raises(UserError, match="drop --benchmark corruptions"):
+        build_spec(ENTRY, dataset="cifar10", suite="robustbench-corruptions", benchmark="corruptions", dry_run=True)
+    spec = build_spec(ENTRY, dataset="imagenet", suite="robustbench-corruptions", limit=7, dry_run=True)
+    assert spec.dataset == "imagenet-c" and spec.benchmark_options["dataset"]["sample_list"] == "robustbench"
+    assert spec.benchmark_options["dataset"]["n_per_cell"] == 7

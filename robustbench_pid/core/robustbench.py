@@ -43,9 +43,10 @@ def board_dataset(dataset: str) -> str:
 
 def leaderboard(dataset: str, threat: str = "Linf") -> Dict[str, Any]:
     """The ``threat`` leaderboard of ``dataset`` (threat model, eps text, size, sample set), or one error naming
-    those there are. Keys in the facts: the dataset for L-inf, ``<dataset>/<threat>`` for the others."""
+    those there are. Keys in the facts: the dataset for L-inf, ``<dataset>/<threat>`` for the others (the corruptions
+    leaderboard also under its corrupted data's name, cifar10-c for cifar10)."""
     boards = {k: v for k, v in facts()["leaderboards"].items() if k != "sources"}
-    key = board_dataset(dataset) if threat == "Linf" else f"{board_dataset(dataset)}/{threat}"
+    key = dataset if threat == "Linf" else f"{board_dataset(dataset) if threat == 'corruptions' else dataset}/{threat}"
     if key not in boards:
         have = ", ".join(f"{k.split('/')[0]} {v['threat_model']}" + (f" {v['eps']}" if v["eps"] else "")
                          for k, v in sorted(boards.items()))

@@ -87,6 +87,9 @@ class CifarC(Dataset):
                                 f"{len(ref):,} images found, {n:,} needed); put the published file there as "
                                 f"RobustBench's data_dir holds it")
             self.clean_images, self.clean_labels = ref.images[:n], np.asarray(ref.labels[:n], dtype=np.int64)
+            f = rb.cifar(base)
+            st = next(p for p in (root / f["folder"] / f["test_batch"], root / f["test_batch"]) if p.is_file()).stat()
+            self.clean_file = (f["test_batch"], int(st.st_size), int(st.st_mtime_ns))
             clean_prov = {k: ref.provenance[k] for k in ("layout", "files", "published_md5") if k in ref.provenance}
         self.info = datasets.get(name)
         total = len(self.conds) * n
@@ -143,9 +146,9 @@ class CifarC(Dataset):
             cond, _, j = sid.rpartition("/test/")
             if cond == "clean":
                 rows.append(int(j))
-                files.append(rb.cifar(self.base)["test_batch"])
-                sizes.append(0)
-                mtimes.append(0)
+                files.append(self.clean_file[0])
+                sizes.append(self.clean_file[1])
+                mtimes.append(self.clean_file[2])
                 continue
             c, s = cond.rsplit("/", 1)
             a = self.arrays[c]
