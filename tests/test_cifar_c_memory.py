@@ -21,6 +21,7 @@ def test_peak_memory_while_scoring_whole_cells_stays_under_one_array() -> None:
                           "--device", "cpu"], capture_output=True, text=True, env=env, timeout=1800,
                          cwd=ROOT / "scripts")
     assert out.returncode == 0, out.stderr[-3000:]
+    print(out.stdout)  # the measured numbers, for the record (pytest -s shows them)
     got = json.loads(out.stdout)
     assert got["harness"]["images"] == 760_000 and got["plain_loop"]["images"] == 750_000
     # above the model and the run's own set-up (its plan lists all 760,000 sample ids), reading the arrays memory-mapped
