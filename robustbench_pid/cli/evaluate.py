@@ -26,14 +26,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="allow full unpickling of .pth checkpoints (can run code hidden in the file: trusted files only)")
     g.add_argument("--non-strict", action="store_true", help="load a checkpoint that does not fully fit (recorded)")
     g.add_argument("--dataset", default="digits")
-    g.add_argument("--data-root", help="local dataset root (ImageNet family)")
+    g.add_argument("--data-root", help="local dataset root (ImageNet family, CIFAR); --suite robustbench-corruptions: "
+                                       "RobustBench's data_dir, holding CIFAR-10-C/, CIFAR-100-C/ or ImageNet-C/")
     g.add_argument("--imagenet-root", help="ImageNet validation root, needed beside --data-root by imagenet-o (its "
                                            "in-distribution half) and by imagenet-c's clean condition "
                                            "(default: $ROBUSTBENCH_PID_IMAGENET_ROOT; the root in use is recorded "
                                            "in the spec and the run folder's hash)")
     g.add_argument("--split", help="default: the dataset's own (digits: test, also train; imagenet: val; the "
                                    "ImageNet-C/A/R/O/V2/Sketch test sets: test)")
-    g.add_argument("--limit", type=int, help="evaluate only the first N samples")
+    g.add_argument("--limit", type=int, help="evaluate only the first N samples; under --suite robustbench-corruptions "
+                                             "instead the first N of each corruption x severity cell (and of the "
+                                             "clean images), as RobustBench's n_examples")
     g.add_argument("--subset", type=int, help="a fixed, documented, seeded subset of N samples (recorded)")
     g.add_argument("--skip-unreadable", action="store_true",
                    help="skip unreadable/truncated images and count them in the results (default: hard error)")

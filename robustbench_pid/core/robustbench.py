@@ -31,19 +31,29 @@ def source() -> str:
     return f"{s['repository']}@{s['commit']}"
 
 
-THREATS = {"robustbench": "Linf", "robustbench-l2": "L2"}  # leaderboard suite -> RobustBench's threat model
+THREATS = {"robustbench": "Linf", "robustbench-l2": "L2", "robustbench-corruptions": "corruptions"}  # suite -> threat
+# the datasets whose samples are a leaderboard's corrupted copies -> the leaderboard's dataset
+CORRUPTED = {"cifar10-c": "cifar10", "cifar100-c": "cifar100", "imagenet-c": "imagenet"}
+
+
+def board_dataset(dataset: str) -> str:
+    """RobustBench's name for the dataset a run read: cifar10-c is scored on the cifar10 corruptions leaderboard."""
+    return CORRUPTED.get(dataset, dataset)
 
 
 def leaderboard(dataset: str, threat: str = "Linf") -> Dict[str, Any]:
     """The ``threat`` leaderboard of ``dataset`` (threat model, eps text, size, sample set), or one error naming
-    those there are. Keys in the facts: the dataset for L-inf, ``<dataset>/<threat>`` for the others."""
+    those there are. Keys in the facts: the dataset for L-inf, ``<dataset>/<threat>`` for the others (the corruptions
+    leaderboard also under its corrupted data's name, cifar10-c for cifar10)."""
     boards = {k: v for k, v in facts()["leaderboards"].items() if k != "sources"}
-    key = dataset if threat == "Linf" else f"{dataset}/{threat}"
+    key = dataset if threat == "Linf" else f"{board_dataset(dataset) if threat == 'corruptions' else dataset}/{threat}"
     if key not in boards:
-        have = ", ".join(f"{k.split('/')[0]} {v['threat_model']} {v['eps']}" for k, v in sorted(boards.items()))
+        have = ", ".join(f"{k.split('/')[0]} {v['threat_model']}" + (f" {v['eps']}" if v["eps"] else "")
+                         for k, v in sorted(boards.items()))
         raise UserError(f"RobustBench has no {threat} leaderboard this project can run on dataset {dataset!r}; it has "
-                        f"{have}: use one of those (--suite robustbench for L-inf, --suite robustbench-l2 for L2), or "
-                        f"run the attacks yourself (e.g. --attack autoattack --eps 4/255)")
+                        f"{have}: use one of those (--suite robustbench for L-inf, --suite robustbench-l2 for L2, "
+                        f"--suite robustbench-corruptions for corruptions), or run the attacks yourself (e.g. --attack "
+                        f"autoattack --eps 4/255)")
     return boards[key]
 
 

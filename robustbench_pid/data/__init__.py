@@ -49,11 +49,13 @@ datasets: Registry[DatasetInfo] = Registry("dataset", package=__name__)
 
 # how each dataset option is spelled on the command line, and why a dataset may not take it
 _FLAGS = {"subset": "--subset", "subset_seed": "--subset", "skip_unreadable": "--skip-unreadable",
-          "imagenet_root": "--imagenet-root", "sample_list": "a sample list (--suite robustbench)"}
+          "imagenet_root": "--imagenet-root", "sample_list": "a sample list (--suite robustbench)",
+          "n_per_cell": "--limit under --suite robustbench-corruptions"}
 _WHY = {"subset": "use --limit N for its first N samples",
         "skip_unreadable": "it is held in memory, with no image files that could be unreadable",
         "imagenet_root": "only imagenet-o and imagenet-c read the ImageNet validation root",
-        "sample_list": "only imagenet has one: RobustBench's other leaderboards run the whole test set in order"}
+        "sample_list": "only imagenet has one: RobustBench's other leaderboards run the whole test set in order",
+        "n_per_cell": "only the released corruption data (cifar10-c, cifar100-c, imagenet-c) has cells"}
 
 
 def dataset_info(name: str) -> DatasetInfo:

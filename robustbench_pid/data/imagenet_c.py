@@ -151,12 +151,43 @@ def _keys(root: Path) -> List[str]:
     return [it.sample_id for it in scan_wnid_folders(root, "imagenet-c")]
 
 
+def _robustbench_keys(conds: List[Tuple[str, Path]], n: Optional[int]) -> Tuple[List[str], Dict[str, Any]]:
+    """RobustBench's ImageNet-C images (``--suite robustbench-corruptions``): the first ``n`` (default all 5,000) of
+    its id list, in the list's order, each present in every condition (a missing one is refused, never skipped)."""
+    from ..core import robustbench as rb
+
+    ids = list(rb.imagenet_subset())
+    if n is not None and (isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= len(ids)):
+        raise UserError(f"imagenet-c: the images per cell (--limit under --suite robustbench-corruptions) must be a "
+                        f"whole number 1..{len(ids):,}, got {n!r}")
+    ids = ids[:n] if n else ids
+    for cond, folder in conds:
+        missing = [i for i in ids if not (folder / i).is_file()]
+        if missing:
+            raise UserError(f"imagenet-c: {len(missing):,} of RobustBench's {len(ids):,} listed images are missing "
+                            f"from {folder}, e.g. {missing[0]}; restore them from the ImageNet-C archive")
+    info = rb.facts()["imagenet_subset"]
+    return ids, {"sample_list": {"name": "robustbench", "source": f"{rb.source()}: {info['copied_from']}",
+                                 "sha256": info["sha256"], "n": len(ids), "order": "the list's"}}
+
+
 def _imagenet_c(split: str, root: Optional[str], model_info: Dict[str, Any], subset: Optional[int] = None,
                 subset_seed: int = 0, skip_unreadable: bool = False, corruptions: Optional[Sequence[str]] = None,
-                imagenet_root: Optional[str] = None, clean: Optional[bool] = None) -> ImageNetCFiles:
+                imagenet_root: Optional[str] = None, clean: Optional[bool] = None, sample_list: Optional[str] = None,
+                n_per_cell: Optional[int] = None) -> ImageNetCFiles:
     r = dataset_root(root, "imagenet-c")
+    if (r / "ImageNet-C").is_dir():  # RobustBench's data_dir, which holds ImageNet-C/
+        r = r / "ImageNet-C"
     folders = scan_imagenet_c(r, corruptions)
     conds: List[Tuple[str, Path]] = [(f"{c}/{s}", d / str(s)) for c, d in folders.items() for s in SEVERITIES]
+    if sample_list not in (None, "robustbench") or (n_per_cell is not None and sample_list is None):
+        raise UserError(f"imagenet-c: sample list {sample_list!r} / images per cell {n_per_cell!r}: only RobustBench's "
+                        f"list ('robustbench', --suite robustbench-corruptions) is known")
+    if sample_list is not None and subset is not None:
+        raise UserError("imagenet-c: --subset and RobustBench's sample list are two sample sets; drop --subset")
+    if sample_list is not None:
+        keys, listed = _robustbench_keys(conds, n_per_cell)
+        return _finish_c(r, folders, conds, keys, listed, model_info, imagenet_root, clean, skip_unreadable)
     keys = _keys(conds[0][1])
     extra: Dict[str, Any] = {"corruptions": list(folders), "severities": list(SEVERITIES),
                              "n_per_condition_found": len(keys)}
@@ -172,6 +203,15 @@ def _imagenet_c(split: str, root: Optional[str], model_info: Dict[str, Any], sub
         keys = [keys[i] for i in choose_subset(len(keys), subset, subset_seed)]
         extra["subset"] = {"n": subset, "seed": subset_seed, "rule": "the same sorted(default_rng(seed).choice("
                            "n, k, replace=False)) (wnid, file) pairs in every condition"}
+    return _finish_c(r, folders, conds, keys, extra, model_info, imagenet_root, clean, skip_unreadable)
+
+
+def _finish_c(r: Path, folders: Dict[str, Path], conds: List[Tuple[str, Path]], keys: List[str],
+              extra: Dict[str, Any], model_info: Dict[str, Any], imagenet_root: Optional[str], clean: Optional[bool],
+              skip_unreadable: bool) -> ImageNetCFiles:
+    """The dataset of these conditions and keys: the clean condition (the model's own eval transform) first when
+    the ImageNet root is given."""
+    extra = {"corruptions": list(folders), "severities": list(SEVERITIES), **extra}
     tf, desc = c_transform(model_info)
     transforms: Dict[str, Any] = {}
     want_clean = clean if clean is not None else bool(imagenet_root)

@@ -170,7 +170,9 @@ def _rungs(records: pd.DataFrame, eps: float) -> str:
 
 
 def corruption_entry(records: pd.DataFrame, summary: pd.DataFrame, info: Dict[str, Any], given: Given) -> Entry:
-    """The corruptions entry and the unaggregated row (accuracy per corruption and severity, as fractions)."""
+    """The corruptions entry and the unaggregated row (accuracy per corruption and severity, as fractions, in
+    RobustBench's column order; ``corruptions_acc`` is the mean of RobustBench's 15 x 5 cells, as its
+    ``corruptions_evaluation`` computes it)."""
     rec = records[records["corruption"].fillna("").astype(str) != ""]
     acc = rec.groupby(["corruption", "severity"], sort=False)["correct_top1"].mean()
     order = [c for c in rb.corruption_order() if c in set(acc.index.get_level_values(0))]
@@ -181,22 +183,27 @@ def corruption_entry(records: pd.DataFrame, summary: pd.DataFrame, info: Dict[st
     clean = _top1(summary, "clean")
     if clean.empty:
         raise UserError(f"{info.get('path')}: the run has no clean condition, and a corruptions entry reports clean "
-                        f"accuracy: re-run it with the clean images (ImageNet-C: --imagenet-root DIR)")
-    dataset = "imagenet" if info.get("dataset") == "imagenet-c" else str(info.get("dataset"))
+                        f"accuracy: re-run it with the clean images (--suite robustbench-corruptions scores them; "
+                        f"ImageNet-C: --imagenet-root DIR)")
+    dataset = rb.board_dataset(str(info.get("dataset")))
     base, missing = _common(info, given, dataset)
+    scored = [float(acc[c][s]) for c in order for s in sorted(acc[c].index)]
     entry = {**base, "eps": None, "clean_acc": pct(clean["value"].iloc[0]), "reported": given.reported or "",
-             "corruptions_acc": pct(100 * float(acc.mean()))}
+             "corruptions_acc": pct(100 * float(np.mean(scored)))}
     mce = summary[summary["metric"] == "mce"]
     if not mce.empty:
         entry["corruptions_mce"] = pct(mce["value"].iloc[0])
     full = len(order) == 15 and all(len(acc[c]) == 5 for c in order)
-    n = int(rec["sample_id"].nunique())
+    n = int(rec.groupby(["corruption", "severity"])["sample_id"].nunique().min())
+    ok, why = comparability(info, n)
+    why = ([] if full else ["not all 15 corruptions x 5 severities ran"]) + (why if not ok else [])
     foot = (f"Evaluated with robustbench_pid {__version__}: {len(acc)} corruption x severity conditions on {n:,} "
-            f"images per condition" + ("" if full else " (not all 15 corruptions x 5 severities: not comparable)")
+            f"images per condition" + (f" (not RobustBench-comparable: {'; '.join(why)})" if why else
+                                       " (RobustBench's released data and n per cell)")
             + (". corruptions_mce is against AlexNet's published errors (Hendrycks & Dietterich 2019)."
                if "corruptions_mce" in entry else "."))
     entry["footnote"] = foot
-    notes = [] if full else ["this entry is not RobustBench-comparable: not all 15 corruptions x 5 severities ran"]
+    notes = [f"this entry is not RobustBench-comparable: {'; '.join(why)}"] if why else []
     return Entry(_ordered(entry), "corruptions", None, missing, notes, unaggregated=table)
 
 

@@ -78,8 +78,18 @@ def known_parts(spec: RunSpec, options: Dict[str, Any]) -> Optional[List[Tuple[s
     from ..core.imagenet_info import CORRUPTIONS_15, PUBLISHED_COUNTS, SEVERITIES
 
     name, subset = spec.dataset, options.get("subset")
+    if name in ("cifar10-c", "cifar100-c"):  # the released arrays: 10,000 per cell, clean first (data/cifar_c.py)
+        from ..core.robustbench import corruption_order
+
+        n = options.get("n_per_cell") or CIFAR_COUNTS["test"]
+        return [(c, n) for c in (["clean"] if options.get("clean", True) else []) +
+                [f"{c}/{s}" for c in corruption_order() for s in SEVERITIES]]
     if name == "imagenet-c":
         n = min(subset, PUBLISHED_COUNTS[name]) if subset else PUBLISHED_COUNTS[name]
+        if options.get("sample_list"):  # RobustBench's 5,000 (--suite robustbench-corruptions)
+            from ..core.robustbench import imagenet_subset
+
+            n = options.get("n_per_cell") or len(imagenet_subset())
         chosen = options.get("corruptions") or CORRUPTIONS_15
         conds = (["clean"] if options.get("imagenet_root") or options.get("clean") else []) + \
             [f"{c}/{s}" for c in chosen for s in SEVERITIES]

@@ -219,6 +219,11 @@ def build_spec(model: str, *, attack: Union[None, str, Sequence[str]] = None, ep
         raise UserError("--calibration prices the plan of a --dry-run; add --dry-run (a real run measures "
                         "its own speed)")
 
+    from .suites import corruption_run, leaderboard_options
+
+    released = corruption_run(suite, dataset, benchmark, limit)  # --suite robustbench-corruptions: its data, n/cell
+    if released is not None:
+        dataset, benchmark, limit = released["dataset"], released["benchmark"], None
     specs = attack_specs(attack, eps, steps, step_size, param, suite, dataset)
     if benchmark is None:
         benchmark = dataset_info(dataset).default_benchmark
@@ -238,9 +243,8 @@ def build_spec(model: str, *, attack: Union[None, str, Sequence[str]] = None, ep
     analyses = check_analyze(analyze, benchmark)
     ladder = check_converge(converge, converge_tol, converge_opt, benchmark, protocol, specs)
     check_save_adv(save_adv, benchmark, protocol, specs)
-    from .suites import leaderboard_options
-
-    fixed = leaderboard_options(suite, dataset, subset, protocol, model)  # a leaderboard suite: its samples
+    fixed = {**leaderboard_options(suite, dataset, subset, protocol, model),  # a leaderboard suite: its samples
+             **(released["options"] if released else {})}
     split, dataset_options = _dataset_request(dataset, split, data_root, imagenet_root, subset, skip_unreadable, fixed,
                                               dry_run)
     if dataset_options:
@@ -269,6 +273,9 @@ def check_limit(dataset: str, limit: Optional[int]) -> None:
     if limit is None or dataset not in datasets:
         return
     kind = dataset_info(dataset).samples
+    if dataset_info(dataset).default_benchmark == "robustbench_corruptions":
+        raise UserError(f"--limit {limit} on {dataset} would take the first conditions' images; use --suite "
+                        f"robustbench-corruptions --limit {limit} (the first {limit} of each cell)")
     if kind in ("corrupted", "ood"):
         what, fix = (("the first conditions' images (gaussian noise at severity 1 first)", "the same images in every "
                       "condition") if kind == "corrupted" else ("in-distribution images only", "both halves, in "

@@ -33,7 +33,8 @@ from ..core.shipped import shipped_dir
 from ..specs import AttackSpec
 
 TOP_KEYS = {"description", "attack", "leaderboard"}
-LEADERBOARDS = ("robustbench", "robustbench-l2")  # core/robustbench.py THREATS: the threat model of each
+LEADERBOARDS = ("robustbench", "robustbench-l2", "robustbench-corruptions")  # core/robustbench.py THREATS: threats
+CORRUPTIONS_BOARD = "robustbench-corruptions"  # no attacks: clean passes over the released corrupted data
 
 
 def suites_dir() -> Path:
@@ -80,6 +81,12 @@ def load_suite(name: str, dataset: Optional[str] = None) -> Dict[str, Any]:
         raise UserError(f"{path}: key 'leaderboard': {board!r} is not a leaderboard this project knows; valid: "
                         f"{', '.join(LEADERBOARDS)}")
     board_eps = None
+    if board == CORRUPTIONS_BOARD:
+        if "attack" in data:
+            raise UserError(f"{path}: the corruptions leaderboard runs no attacks (clean passes over corrupted data); "
+                            f"remove the [[attack]] tables")
+        return {"name": path.stem, "path": str(path), "description": data.get("description", ""), "attacks": [],
+                "leaderboard": board}
     if board is not None and dataset is not None:
         from ..core.robustbench import THREATS, leaderboard
 
@@ -147,7 +154,34 @@ def leaderboard_options(suite: Optional[str], dataset: str, subset: Optional[int
     if protocol != "standard":
         raise UserError(f"--suite {suite} is the leaderboard's protocol: pixel-space eps-balls, true labels; use "
                         f"--protocol standard")
+    if name == CORRUPTIONS_BOARD:
+        return {"sample_list": "robustbench"} if dataset == "imagenet-c" else {}
     return {"sample_list": "robustbench"} if dataset == "imagenet" else {}
+
+
+def corruption_run(suite: Optional[str], dataset: str, benchmark: Optional[str], limit: Optional[int]
+                   ) -> Optional[Dict[str, Any]]:
+    """What ``--suite robustbench-corruptions`` makes of the run's settings: the dataset of the leaderboard's
+    corrupted data (cifar10 -> cifar10-c, imagenet -> imagenet-c), its benchmark, and ``--limit N`` as the first N of
+    each cell (RobustBench's n_examples: unlike --limit elsewhere, which takes the first N samples). None for other
+    suites."""
+    if not suite or load_suite(suite)["leaderboard"] != CORRUPTIONS_BOARD:
+        return None
+    from ..core.robustbench import CORRUPTED, board_dataset, leaderboard
+
+    corrupted = {v: k for k, v in CORRUPTED.items()}
+    name = dataset if dataset in CORRUPTED else corrupted.get(dataset)
+    if name is None:
+        leaderboard(dataset, "corruptions")  # the one error naming the leaderboards there are
+    board = leaderboard(board_dataset(name), "corruptions")
+    if benchmark not in (None, "robustbench_corruptions"):
+        raise UserError(f"--suite {suite} runs benchmark robustbench_corruptions (RobustBench's protocol); drop "
+                        f"--benchmark {benchmark}")
+    if limit is not None and not 1 <= limit <= board["n"]:
+        raise UserError(f"--limit {limit} under --suite {suite} takes the first N of each cell: give 1..{board['n']:,} "
+                        f"(the leaderboard's n per cell)")
+    return {"dataset": name, "benchmark": "robustbench_corruptions",
+            "options": {"n_per_cell": limit} if limit is not None else {}}
 
 
 def leaderboard_provenance(spec: Any, n_samples: int, dataset_prov: Dict[str, Any]) -> Optional[Dict[str, Any]]:
@@ -161,6 +195,13 @@ def leaderboard_provenance(spec: Any, n_samples: int, dataset_prov: Dict[str, An
 
     board = rb.leaderboard(spec.dataset, rb.THREATS[name])
     why = []
+    if name == CORRUPTIONS_BOARD:
+        n_samples = int(dataset_prov.get("n_per_condition") or 0)
+        if n_samples != board["n"]:
+            why.append(f"{n_samples:,} of the leaderboard's {board['n']:,} images per cell (--limit)")
+        if dataset_prov.get("clean") is None and not dataset_prov.get("imagenet_root"):
+            why.append("no clean condition (the leaderboard's clean_acc)")
+        n_samples = board["n"]
     if n_samples != board["n"]:
         why.append(f"{n_samples:,} of the leaderboard's {board['n']:,} images" + (" (--limit)" if spec.limit else ""))
     if spec.precision != "fp32":

@@ -137,3 +137,29 @@ def corruptions_summary(records: pd.DataFrame, ce_baseline: Optional[str] = None
 def imagenet_c_summary(records: pd.DataFrame, ce_baseline: Optional[str] = None) -> pd.DataFrame:
     """Corruption rows plus the unreadable-image count (ImageNet-C is normalized by AlexNet)."""
     return concat_rows([corruption_rows(records, baseline=ce_baseline), skipped_rows(records)])
+
+
+def corruptions_acc_rows(records: pd.DataFrame) -> pd.DataFrame:
+    """RobustBench's ``corruptions_acc``: the mean accuracy over its 15 corruptions x 5 severities (each cell's own
+    accuracy, then the mean of the 75), in percent; only where all 75 cells ran (a mean over fewer is another
+    number)."""
+    from ...core.robustbench import corruption_order
+
+    keys = [c for c in ID_COLUMNS if c in records.columns]
+    cells = [(c, s) for c in corruption_order() for s in SEVERITIES]
+    rows: List[Dict[str, Any]] = []
+    for gkey, g in records.groupby(keys, sort=False, dropna=False):
+        base = dict(zip(keys, gkey if isinstance(gkey, tuple) else (gkey,)))
+        acc = g.groupby(["corruption", "severity"], sort=False)["correct_top1"].agg(["mean", "size"])
+        if not all(cell in acc.index for cell in cells):
+            continue
+        rows.append(_row(base, "corruptions_acc", 100.0 * float(np.mean([acc.loc[cell, "mean"] for cell in cells])),
+                         int(acc.loc[cells[0], "size"]), "corruptions"))
+    return pd.DataFrame(rows)
+
+
+@summarizers.register("robustbench_corruptions")
+def robustbench_corruptions_summary(records: pd.DataFrame, ce_baseline: Optional[str] = None) -> pd.DataFrame:
+    """The corruption rows (mCE against AlexNet for ImageNet) plus RobustBench's ``corruptions_acc``."""
+    return concat_rows([corruption_rows(records, baseline=ce_baseline), corruptions_acc_rows(records),
+                        skipped_rows(records)])

@@ -40,14 +40,19 @@ def compare(summary: pd.DataFrame, records: pd.DataFrame, info: Optional[Dict[st
     docstring); [] for other runs."""
     if summary.empty or "model" not in summary.columns:
         return []
-    out = []
+    out, corrupted = [], []
     for model in sorted(set(summary["model"].astype(str))):
         got = entry_of(model)
         if got is None:
             continue
         threat, name = got
         dataset = str(summary["dataset"].iloc[0])
-        dataset = "imagenet" if dataset.startswith("imagenet") else dataset
+        dataset = "imagenet" if dataset.startswith("imagenet") else rb.board_dataset(dataset)
+        if threat == "corruptions":
+            from .leaderboard_corruptions import compare_corruptions
+
+            corrupted.append(compare_corruptions(model, name, dataset, summary, records, info))
+            continue
         pub = rb.published(dataset, threat, name) if threat in AUTOATTACK else None
         s = summary[summary["model"].astype(str) == model]
         clean = _top1(s[s["benchmark"] == "adversarial"], "clean")
@@ -72,7 +77,7 @@ def compare(summary: pd.DataFrame, records: pd.DataFrame, info: Optional[Dict[st
             eps_text(row["eps"], AUTOATTACK.get(row["threat"], ("", "linf"))[1]) if np.isfinite(row["eps"]) else None)
         row["reasons"] = list(lb.get("reasons") or []) if lb else [f"not run with --suite {rb.NAME} (the leaderboard's "
                                                                    f"eps and sample set)"]
-    return out
+    return out + corrupted
 
 
 def _paired(records: pd.DataFrame, model: str, attack: str, eps: float, norm: str) -> Dict[str, Any]:
@@ -101,6 +106,11 @@ def format_leaderboard(summary: pd.DataFrame, records: pd.DataFrame, info: Optio
     """The comparison as text (the evaluate command prints it under the converge table)."""
     parts = []
     for row in compare(summary, records, info):
+        if row["threat"] == "corruptions":
+            from .leaderboard_corruptions import format_corruptions
+
+            parts.append(format_corruptions(row))
+            continue
         pub = row["published"]
         head = f"RobustBench: {row['model']} ({row['dataset']} {row['threat']})"
         if pub is None:
