@@ -20,6 +20,7 @@ from typing import Any, Dict, Optional, Tuple
 from ..errors import UserError
 
 METHODS = ("pgd", "trades", "mart", "fast", "free")
+METHOD_FIELDS = ("method", "beta", "replays")  # the held-out recipes' only: not in a PGD record, not on the CLI
 AT_SUFFIX = "_at"  # the alias of a family member trained adversarially: deit -> deit_at
 
 
@@ -99,7 +100,7 @@ class Recipe:
         if self.adversarial is None:
             d.pop("adversarial")
         elif self.adversarial.method == "pgd":  # as recorded before the other methods existed
-            for key in ("method", "beta", "replays"):
+            for key in METHOD_FIELDS:
                 d["adversarial"].pop(key)
         return d
 
@@ -178,6 +179,11 @@ def embedded_name(model: str) -> str:
     with the ``_at`` suffix: trained adversarially)."""
     base_model(model)
     return f"{model}_digits"
+
+
+def adversarial_fields() -> Tuple[str, ...]:
+    """The PGD settings the command line can override (``--adv-*``; the other methods train only the held-out set)."""
+    return tuple(f.name for f in fields(Adversarial) if f.name not in METHOD_FIELDS)
 
 
 def recipe_fields() -> Tuple[str, ...]:
