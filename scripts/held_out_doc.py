@@ -90,7 +90,9 @@ def row_of(name: str, d: Dict) -> Row:
                        for i in only[:10])
         miss = (f"; the {len(only)} AutoAttack broke and the ladder left were broken by {_counts(by_aa.loc[only])} "
                 f"(sample: smallest margin the gradient families / Square reached {mg})")
-    detail = (f"ladder rungs broke {_counts(s['ladder_broken_by'])}; AutoAttack's attacks broke "
+    below = len(d["comparison"].aa_only)
+    detail = (f"ladder rungs broke {_counts(s['ladder_broken_by'])} (user: rung 0, the harness's PGD-20), "
+              f"{below} sample(s) AutoAttack left robust among them; AutoAttack's attacks broke "
               f"{', '.join(k + ' ' + str(v['broke']) for k, v in aa['per_attack'].items())}{miss}. Status detail: "
               f"{d['detail']}")
     spec = MODELS.get(name)
