@@ -292,7 +292,7 @@ def test_every_dataset_states_its_splits_and_refuses_others(tmp_path):
 
     splits = {name: info.splits for name, info in datasets.items()}
     assert splits == {"digits": ("test", "train"), "cifar10": ("test", "train"), "cifar100": ("test", "train"),
-                      "imagenet": ("val",),
+                      "imagenet": ("val",), "cifar10-c": ("test",), "cifar100-c": ("test",),
                       **{n: ("test",) for n in ("imagenet-a", "imagenet-c", "imagenet-o", "imagenet-r",
                                                 "imagenet-sketch", "imagenet-v2")}}
     tree(tmp_path, [WN[0]], per=1)
