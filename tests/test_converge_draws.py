@@ -3,22 +3,14 @@ converged value, its status and the criteria the draw misses, from the bench row
 rendering of the committed runs, and a hand edit makes --check fail."""
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import pandas as pd
 
-ROOT = Path(__file__).resolve().parents[1]
+from script_loader import ROOT, load_script  # noqa: E402
 
 
-def _script(name: str):
-    sys.path.insert(0, str(ROOT / "scripts"))
-    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod
-    spec.loader.exec_module(mod)
-    return mod
+_script = load_script
 
 
 def _row(model: str, eps: str, converged: float, status: str = "converged", autoattack: float = 50.0,

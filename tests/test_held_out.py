@@ -3,11 +3,8 @@ objectives of its recipes on inputs small enough to check by hand, a determinist
 docs/held_out.md's block is the rendering of the committed records."""
 from __future__ import annotations
 
-import importlib.util
 import math
-import sys
 from dataclasses import replace
-from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -17,16 +14,10 @@ from robustbench_pid.errors import UserError
 from robustbench_pid.train import objectives as obj
 from robustbench_pid.train.recipes import CNN_AT, HELD_OUT, HELD_OUT_EPS, Adversarial
 
-ROOT = Path(__file__).resolve().parents[1]
+from script_loader import load_script  # noqa: E402
 
 
-def _script(name: str):
-    sys.path.insert(0, str(ROOT / "scripts"))
-    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod
-    spec.loader.exec_module(mod)
-    return mod
+_script = load_script
 
 
 doc = _script("held_out_doc")
