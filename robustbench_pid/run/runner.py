@@ -4,6 +4,7 @@ Work units (benchmark x attack x eps x chunk of samples) are keyed by a content 
 everything that determines their records (``plan``). The run folder::
 
     plan.json                 every unit of the run (keys, settings, sample ranges) + sample ids
+                              (runs of numbered ids, ``results/files/sample_ids``)
     units/<key>.parquet/.json a finished unit: records, then metadata with the records' sha256
                               (each temp file + rename; the checksum is verified on every read)
     units/<key>.claim         "a live process is computing this unit" (``claims``)
@@ -63,6 +64,7 @@ from ..results.files.integrity import (BAD_META, CHECKSUM_KEY, MISMATCH, UNVERIF
 from ..runtime.launcher import TORCHRUN, Launch, launch
 from .one_config import check_same_configuration
 from ..results.files.merge import finalize_run
+from ..results.files.sample_ids import pack
 from ..results.files.sidecars import write_sidecars
 from ..results.files.units import short_label, unit_label, unit_to_dict
 from .plan import PLAN_VERSION, plan_hash, plan_units, shard_units
@@ -112,7 +114,7 @@ def run(spec: RunSpec, model: Optional[torch.nn.Module] = None, data: Any = None
     write_json(out / "plan.json", {
         "version": PLAN_VERSION, "plan_hash": phash, "run_id": out.name, "n_units": len(units),
         "units": [unit_to_dict(u) for u in units],
-        "sample_ids": [str(ctx.dataset.sample_ids[i]) for i in ctx.indices],
+        "sample_ids": pack(ctx.dataset.sample_ids[i] for i in ctx.indices),  # runs, not a string per sample
         "provenance": provenance,
     })
     with run_lock(out):

@@ -17,6 +17,7 @@ import pandas as pd
 
 from ..conditions import add_identity
 from ...errors import UserError
+from .sample_ids import SampleIds
 from .integrity import BAD_META, MISMATCH, UNVERIFIED, raise_bad_unit, read_unit_bytes, sha256_bytes, warn_unverified
 from .verify import EXTRA_FILES, FILES_KEY
 from .units import unit_from_dict, unit_label
@@ -76,18 +77,21 @@ def check_complete(out: Path, plan: Dict[str, Any]) -> List[Unit]:
     raise IncompleteRun("\n".join(lines))
 
 
-def check_records(units: Sequence[Unit], frames: Sequence[pd.DataFrame], sample_ids: Sequence[str]) -> None:
+def check_records(units: Sequence[Unit], frames: Sequence[pd.DataFrame], sample_ids: Sequence[Any]) -> None:
     """Every (configuration, sample) exactly once: each unit holds exactly its own samples (each
     with the same number of rows), the units of one configuration cover disjoint sample ranges,
-    and the sample ids are unique. Cheap enough for millions of records (no per-sample dicts)."""
+    and the sample ids are unique. Cheap enough for millions of records (no per-sample dicts).
+
+    ``sample_ids``: plan.json's (``sample_ids.pack``'s entries, or an old plan's list of strings); the ids of
+    one unit are generated for that unit only, and duplicates are found from the runs, not from all ids."""
     problems: List[str] = []
-    ids = [str(s) for s in sample_ids]
-    if len(set(ids)) != len(ids):
-        dup = pd.Series(ids)[pd.Series(ids).duplicated()].unique()[:5]
-        problems.append(f"the dataset repeats sample ids {list(dup)}: records could not be told apart")
+    ids = sample_ids if isinstance(sample_ids, SampleIds) else SampleIds(sample_ids)
+    dup = ids.duplicates(5)
+    if dup:
+        problems.append(f"the dataset repeats sample ids {dup}: records could not be told apart")
     spans: Dict[Tuple[Any, ...], List[Tuple[int, int, str]]] = {}
     for u, df in zip(units, frames):
-        expected = ids[u.start:u.stop]
+        expected = ids.slice(u.start, u.stop)
         if "unit" in df.columns and (df["unit"] != u.key).any():
             problems.append(f"{unit_label(u)}: its file holds records of another unit")
             continue
