@@ -95,13 +95,42 @@ def test_next_chunk_is_decoded_while_the_current_one_is_held(tmp_path: Path, tou
             while len(list(touching_digits.iterdir())) < 48 and time.time() < deadline:
                 time.sleep(0.05)
             assert len(list(touching_digits.iterdir())) == 48, "the next chunk was not read while this one was held"
-        seen[span] = got
+        seen[span] = list(got)  # a chunk's batches are released when the pass moves on
     assert not _alive("chunk-reader")
     plain = prepare(RunSpec(model="deit", limit=48, batch_size=4, quiet=True, device="cpu", out=tmp_path / "p"))
     for span, got in plain.chunks(spans):
         assert [b.sample_ids for b in got] == [b.sample_ids for b in seen[span]]
         for a, b in zip(got, seen[span]):
             assert torch.equal(a.x, b.x) and torch.equal(a.y, b.y)
+
+
+def test_a_chunk_is_released_before_the_next_one_is_read(tmp_path: Path, monkeypatch) -> None:
+    """Once every unit of a span has run, its batches (a whole chunk on the device) are dropped before the next
+    span's first image is read, even by whoever still holds the chunk (the loops' variables do while the next one
+    is read); iterating it then is an error, not other samples' batches."""
+    import weakref
+
+    from robustbench_pid.data.digits import Digits
+
+    refs: List[weakref.ref] = []
+    alive_at_read: List[int] = []
+    real = Digits.__getitem__
+
+    def reading(self, i):
+        alive_at_read.append(sum(r() is not None for r in refs))
+        return real(self, i)
+
+    monkeypatch.setattr(Digits, "__getitem__", reading)
+    ctx = prepare(RunSpec(model="deit", limit=24, batch_size=4, quiet=True, device="cpu", out=tmp_path / "r"))
+    alive_at_read.clear()
+    kept = []
+    for span, got in ctx.chunks([(0, 8), (8, 16), (16, 24)]):
+        kept.append(got)
+        refs[:] = [weakref.ref(b.x) for b in got]
+        assert len(refs) == 2 and all(r() is not None for r in refs)
+    assert alive_at_read == [0] * 24  # no image of the previous chunk alive while the next was read
+    with pytest.raises(RuntimeError, match=r"batches of \[0:8\] were released"):
+        list(kept[0])
 
 
 def test_leaving_a_pass_early_joins_the_thread_and_the_loader_serves_again(tmp_path: Path) -> None:

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import contextlib
 import random
+from functools import partial
+from itertools import count
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
@@ -35,10 +37,10 @@ class _BatchPlan:
     persistent workers) serves the whole run instead of starting workers per unit."""
 
     def __init__(self) -> None:
-        self.batches: List[List[int]] = []
+        self.batches: List[Sequence[int]] = []  # ranges of dataset indices (no int object per sample held)
 
     def __iter__(self) -> Iterator[List[int]]:
-        return iter(list(self.batches))
+        return (list(b) for b in list(self.batches))  # each a list, as torch's BatchSampler yields them
 
     def __len__(self) -> int:
         return len(self.batches)
@@ -52,7 +54,7 @@ class Context:
     spec: RunSpec
     model: torch.nn.Module
     dataset: Any
-    indices: List[int]
+    indices: Sequence[int]  # dataset positions evaluated: a range (a benchmark may narrow it to a list)
     device: torch.device
     ids: Dict[str, Any]
     progress: Any = None
@@ -126,7 +128,7 @@ class Context:
         pinned memory."""
         bs = self.batch_size
         per_span = []
-        plan: List[List[int]] = []
+        plan: List[Sequence[int]] = []
         for s, e in spans:
             idx = self.indices[s:e]
             batches = [idx[i:i + bs] for i in range(0, len(idx), bs)]
@@ -136,12 +138,14 @@ class Context:
         fmt = torch.channels_last if self.channels_last else torch.contiguous_format
         # iter() on this thread: starting a pass draws the loader's base seed from the global RNG
         loaded = without_worker_traceback(iter(self.loader()))  # a bad image in a worker: one-line error
-        host = _host_batches(plan, loaded, self.dataset, self.spec.dataset)
+        # map, not a generator or zip: those keep the batch they last produced until asked for the next one, so a
+        # chunk's last batch would stay alive (on the device) while the next chunk is read
+        check = partial(_checked_batch, self.dataset, self.spec.dataset)
+        host: Iterator[HostBatch] = map(check, count(1), plan, loaded)
         workers = self.spec.num_workers > 0
         if workers:
             host = read_ahead(host, depth=max(per_span, default=1), name="chunk-reader")
-        on_device = (Batch(self._images(x).contiguous(memory_format=fmt), y.to(self.device, non_blocking=True).long(),
-                           [self.dataset.sample_ids[i] for i in idx], {}) for idx, x, y in host)
+        on_device = map(partial(self._to_device, fmt), host)
         try:
             for span, n_batches in zip(spans, per_span):
                 chunk = HeldChunk(span, n_batches, on_device)
@@ -149,8 +153,15 @@ class Context:
                     chunk.fill()
                 yield span, chunk
                 chunk.fill()  # batches no unit asked for: the pass moves on to the next span
+                chunk.release()  # its batches go before the next span is read, whoever still holds the chunk
         finally:
-            host.close()  # stops and joins the reading thread before the loader can be reused
+            if isinstance(host, read_ahead):
+                host.close()  # stops and joins the reading thread before the loader can be reused
+
+    def _to_device(self, fmt: torch.memory_format, batch: HostBatch) -> Batch:
+        idx, x, y = batch
+        return Batch(self._images(x).contiguous(memory_format=fmt), y.to(self.device, non_blocking=True).long(),
+                     [self.dataset.sample_ids[i] for i in idx], {})
 
     def _images(self, x: Any) -> torch.Tensor:
         """A host batch as float images on the device: copied, or (--decode gpu) decoded there from file bytes."""
@@ -222,27 +233,23 @@ class Context:
             bar.refresh()
 
 
-HostBatch = Tuple[List[int], torch.Tensor, torch.Tensor]  # (dataset indices, images, labels) in host memory
+HostBatch = Tuple[Sequence[int], torch.Tensor, torch.Tensor]  # (dataset indices, images, labels) in host memory
 
 
-def _host_batches(plan: List[List[int]], loaded: Iterator[Any], dataset: Any = None,
-                  name: str = "") -> Iterator[HostBatch]:
-    """One loader pass, each batch checked complete and its images in [0, 1] (one min/max per
+def _checked_batch(dataset: Any, name: str, k: int, idx: Sequence[int], loaded: Any) -> HostBatch:
+    """Batch ``k`` (from 1) of a loader pass, checked complete and its images in [0, 1] (one min/max per
     batch, on the host: every batch, not the first only, before any of its records exist)."""
     from .input_checks import RANGE_FIX_DATASET, RANGE_FIX_OBJECT, check_range
 
-    from_object = hasattr(dataset, "content_sha256")  # data= (ObjectData): the caller's images
-    ids = getattr(dataset, "sample_ids", None)
-    for k, (idx, (x, y)) in enumerate(zip(plan, loaded)):
-        if len(y) != len(idx):
-            raise RuntimeError(f"data loader returned {len(y)} of {len(idx)} samples of batch {idx[:3]}...")
-        if not isinstance(x, torch.Tensor):  # --decode gpu: file bytes, decoded later as uint8 / 255, in [0, 1]
-            yield idx, x, y
-            continue
-        check_range(x, f"dataset {name!r}, batch {k + 1} (positions {idx[0]}..{idx[-1]})",
+    x, y = loaded
+    if len(y) != len(idx):
+        raise RuntimeError(f"data loader returned {len(y)} of {len(idx)} samples of batch {list(idx[:3])}...")
+    if isinstance(x, torch.Tensor):  # else --decode gpu: file bytes, decoded later as uint8 / 255, in [0, 1]
+        ids = getattr(dataset, "sample_ids", None)
+        check_range(x, f"dataset {name!r}, batch {k} (positions {idx[0]}..{idx[-1]})",
                     [ids[i] for i in idx] if ids is not None else idx,
-                    fix=RANGE_FIX_OBJECT if from_object else RANGE_FIX_DATASET)
-        yield idx, x, y
+                    fix=RANGE_FIX_OBJECT if hasattr(dataset, "content_sha256") else RANGE_FIX_DATASET)  # data=
+    return idx, x, y
 
 
 class HeldChunk:
@@ -253,8 +260,11 @@ class HeldChunk:
     def __init__(self, span: Span, n_batches: int, source: Iterator[Batch]) -> None:
         self.span, self.n_batches, self._source = span, n_batches, source
         self._got: List[Batch] = []
+        self._released = False
 
     def __iter__(self) -> Iterator[Batch]:
+        if self._released:
+            raise RuntimeError(f"the batches of [{self.span[0]}:{self.span[1]}] were released: the pass has moved on")
         for i in range(self.n_batches):
             if i == len(self._got):
                 b = next(self._source, None)
@@ -267,6 +277,10 @@ class HeldChunk:
     def fill(self) -> None:
         for _ in self:
             pass
+
+    def release(self) -> None:
+        """Drop the batches (on the device: a whole chunk) once every unit of the span has run."""
+        self._got, self._released = [], True
 
 
 def unit_seed(unit: Unit, seed: int) -> int:
@@ -383,7 +397,7 @@ def prepare(spec: RunSpec, model: Optional[torch.nn.Module] = None, data: Any = 
     batch_size = spec.batch_size
     if batch_size == 0:
         batch_size = find_batch_size(model, tuple(model.info["input_size"]), device, spec.precision)
-    ctx = Context(spec, model, ds, list(range(n)), device, ids, batch_size=batch_size, channels_last=channels_last)
+    ctx = Context(spec, model, ds, range(n), device, ids, batch_size=batch_size, channels_last=channels_last)
     if getattr(spec, "decode", "cpu") == "gpu" and hasattr(ds, "encoded"):  # a dry run without data reads no files
         ctx.decoder = BatchDecoder({k: v for k, v in model.info.items() if v is not None}, device)
     if spec.compile:

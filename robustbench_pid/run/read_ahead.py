@@ -55,7 +55,9 @@ class read_ahead(Iterator[T]):
     def _produce(self) -> None:
         try:
             for item in self._items:
-                if not self._put((_ITEM, item)) or self._stop.is_set():  # closed: do not read another item
+                put = self._put((_ITEM, item))
+                del item  # not held while the next one is produced: the consumer may be done with it (a batch)
+                if not put or self._stop.is_set():  # closed: do not read another item
                     return
             self._put((_END, None))
         except BaseException as exc:  # noqa: BLE001 - handed to the consumer, re-raised there
