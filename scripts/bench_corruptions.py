@@ -6,12 +6,13 @@ the severity's rows sliced, converted to float, forward in batches), same model,
     ratio = harness images/s / plain-loop images/s
 
 Also the peak resident memory of each side above the process's own before it starts (the model loaded and run
-once, the harness's modules imported by a warm-up run of 8 images per cell): the harness reads the rows of one batch through a memory map it drops after the copy, so it should stay
-well under one whole array (153.6 MB); the plain loop holds a whole array (and its float copy of one severity).
+once, the harness's modules imported by a warm-up run of 8 images per cell): the harness reads the rows of one batch
+through a memory map it drops after the copy and holds one chunk at a time, so it should stay well under one whole
+array (153.6 MB), set-up included; the plain loop holds a whole array (and its float copy of one severity).
 The peak is sampled every 10 ms while the cells are scored (the harness: until its last unit file is written, so
 the final tables, which read every record, are reported apart); for the harness also the part of it that is its
-set-up before the first batch is read (the run's plan: ``plan.json`` lists every sample id), and the growth above
-that while it scores.
+set-up, up to the start of its loop over the chunks (the dataset with the clean test images, the model's probe,
+``plan.json``, whose sample ids are runs, not a string per image), and the growth above that while it scores.
 
     python scripts/bench_corruptions.py                       # a generated sparse release, 2,000 images per cell
     python scripts/bench_corruptions.py --data-root DIR --n 10000 --device cuda   # your CIFAR-10-C, whole cells
@@ -41,20 +42,21 @@ def rss() -> int:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
-FIRST_READ: Dict[str, int] = {}  # RSS when the harness reads its first batch: its set-up done, nothing scored yet
+FIRST_READ: Dict[str, int] = {}  # RSS when the harness starts its loop over the chunks: set up, nothing scored yet
 
 
 def mark_first_read() -> None:
-    """Record the RSS at the dataset's first batch read (the run's plan, folder and model are set up by then)."""
-    from robustbench_pid.data.cifar_c import CifarC
+    """Record the RSS when the runner asks for its first chunk (dataset, model, plan and folder are set up by then;
+    not the dataset's first read, which is the model's probe on one image, before the plan)."""
+    from robustbench_pid.run.context import Context
 
-    read = CifarC.__getitems__
+    chunks = Context.chunks
 
-    def first(self: Any, indices: Any) -> Any:
+    def first(self: Any, spans: Any) -> Any:
         FIRST_READ.setdefault("rss", rss())
-        return read(self, indices)
+        return chunks(self, spans)
 
-    CifarC.__getitems__ = first  # type: ignore[method-assign]
+    Context.chunks = first  # type: ignore[method-assign]
 
 
 def peak_while(fn: Callable[[], Any], until: Callable[[], bool], device: torch.device) -> Dict[str, float]:
@@ -80,7 +82,7 @@ def peak_while(fn: Callable[[], Any], until: Callable[[], bool], device: torch.d
     t.join()
     got = {"s": s, "scoring_growth_mb": max(0, peak["scoring"] - base) / 1e6,
            "all_growth_mb": max(0, peak["all"] - base) / 1e6}
-    if "rss" in FIRST_READ:  # the harness: how much of it is its set-up (plan.json's sample ids, ...), not data
+    if "rss" in FIRST_READ:  # the harness: how much of it is its set-up (dataset, plan, ...), not scoring
         got["setup_mb"] = (FIRST_READ["rss"] - base) / 1e6
         got["scoring_growth_above_setup_mb"] = max(0, peak["scoring"] - FIRST_READ["rss"]) / 1e6
     return got
