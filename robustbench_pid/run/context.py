@@ -140,7 +140,9 @@ class Context:
         loaded = without_worker_traceback(iter(self.loader()))  # a bad image in a worker: one-line error
         # map, not a generator or zip: those keep the batch they last produced until asked for the next one, so a
         # chunk's last batch would stay alive (on the device) while the next chunk is read
-        check = partial(_checked_batch, self.dataset, self.spec.dataset)
+        from .input_checks import check_batch
+
+        check = partial(check_batch, self.dataset, self.spec.dataset)
         host: Iterator[HostBatch] = map(check, count(1), plan, loaded)
         workers = self.spec.num_workers > 0
         if workers:
@@ -234,22 +236,6 @@ class Context:
 
 
 HostBatch = Tuple[Sequence[int], torch.Tensor, torch.Tensor]  # (dataset indices, images, labels) in host memory
-
-
-def _checked_batch(dataset: Any, name: str, k: int, idx: Sequence[int], loaded: Any) -> HostBatch:
-    """Batch ``k`` (from 1) of a loader pass, checked complete and its images in [0, 1] (one min/max per
-    batch, on the host: every batch, not the first only, before any of its records exist)."""
-    from .input_checks import RANGE_FIX_DATASET, RANGE_FIX_OBJECT, check_range
-
-    x, y = loaded
-    if len(y) != len(idx):
-        raise RuntimeError(f"data loader returned {len(y)} of {len(idx)} samples of batch {list(idx[:3])}...")
-    if isinstance(x, torch.Tensor):  # else --decode gpu: file bytes, decoded later as uint8 / 255, in [0, 1]
-        ids = getattr(dataset, "sample_ids", None)
-        check_range(x, f"dataset {name!r}, batch {k} (positions {idx[0]}..{idx[-1]})",
-                    [ids[i] for i in idx] if ids is not None else idx,
-                    fix=RANGE_FIX_OBJECT if hasattr(dataset, "content_sha256") else RANGE_FIX_DATASET)  # data=
-    return idx, x, y
 
 
 class HeldChunk:

@@ -20,7 +20,7 @@ a run reads, registered datasets included) and by ``rbp.attack``.
 from __future__ import annotations
 
 import sys
-from typing import Any, List, Optional, Sequence
+from typing import Any, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -87,6 +87,21 @@ def check_range(x: torch.Tensor, what: str, sample_ids: Optional[Sequence[Any]] 
     bad = ((flat < -TOL) | (flat > 1 + TOL) | flat.isnan()).any(1)
     raise UserError(f"{what}: images must be in [0, 1], found values in [{lo:.4g}, {hi:.4g}] "
                     f"({_ids(sample_ids, bad, offset)}); {fix}")
+
+
+def check_batch(dataset: Any, name: str, k: int, idx: Sequence[int], loaded: Any) -> Tuple[Sequence[int], Any, Any]:
+    """Batch ``k`` (from 1) of a run's loader pass as (positions, images, labels), checked complete and its images
+    in [0, 1] (one min/max per batch, on the host: every batch, not the first only, before any of its records
+    exist)."""
+    x, y = loaded
+    if len(y) != len(idx):
+        raise RuntimeError(f"data loader returned {len(y)} of {len(idx)} samples of batch {list(idx[:3])}...")
+    if isinstance(x, torch.Tensor):  # else --decode gpu: file bytes, decoded later as uint8 / 255, in [0, 1]
+        ids = getattr(dataset, "sample_ids", None)
+        check_range(x, f"dataset {name!r}, batch {k} (positions {idx[0]}..{idx[-1]})",
+                    [ids[i] for i in idx] if ids is not None else idx,
+                    fix=RANGE_FIX_OBJECT if hasattr(dataset, "content_sha256") else RANGE_FIX_DATASET)  # data=
+    return idx, x, y
 
 
 def check_labels(y: torch.Tensor, what: str, num_classes: Optional[int] = None,
