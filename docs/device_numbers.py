@@ -53,7 +53,7 @@ def agreement(run: Path, cpu: Path) -> List[Dict]:
     """Per condition of ``run``: n, robust top-1 on the CPU and on the device, verdicts that differ, and the
     ladder's status on each (converged conditions)."""
     from robustbench_pid.results.store import load_records
-    from robustbench_pid.results.summaries.converge import condition_detail, condition_status
+    from robustbench_pid.results.summaries.converge import condition_status, condition_verdict
 
     a, b = load_records(cpu), load_records(run)
     info = [json.loads((d / "run.json").read_text()) for d in (cpu, run)]
@@ -73,8 +73,8 @@ def agreement(run: Path, cpu: Path) -> List[Dict]:
         if bench == "converge":
             row["status"] = f"{condition_status(h)} / {condition_status(g)}"
             if condition_status(h) != condition_status(g):  # e.g. other work units: the stop rule saw other chunks
-                row["why"] = (f"CPU ({info[0]['chunk_size']}-sample units): {condition_detail(h)}; GPU "
-                              f"({info[1]['chunk_size']}-sample units): {condition_detail(g)}")
+                row["why"] = (f"CPU ({info[0]['chunk_size']}-sample units): {condition_verdict(h)[1]}; GPU "
+                              f"({info[1]['chunk_size']}-sample units): {condition_verdict(g)[1]}")
         out.append(row)
     return out
 

@@ -59,7 +59,7 @@ def _checks(r, extra: Optional[dict] = None) -> str:
             miss += "; " + "; ".join(
                 f"sample {m['sample_id']} left robust, broken by AutoAttack: a gradient search came within "
                 f"{m['share']:.2%} of its clean margin of the boundary"
-                + (" (a near miss" + (", still closing in" if m["closing"] else "") + ")" if m["near_miss"] else "")
+                + (" (it had the gradient families' full budget)" if m["full"] else " (not near at its unit's last tau)")
                 for m in extra["missed"]) + f"; the stop rule's tolerance is {extra['tolerance']}"
         if name == "converged" and ok is False and extra and extra.get("why"):
             miss += f": {extra['why']}"
@@ -70,7 +70,7 @@ def _checks(r, extra: Optional[dict] = None) -> str:
 def ladder_evidence(out: Path, model: str, eps: str) -> dict:
     """Why a cell misses the first or third criterion, from its records: the samples the ladder left robust that
     AutoAttack broke (``missed``: the least verdict margin a gradient search left on each, as a share of its clean
-    margin, and whether the stop rule saw a near miss or a search still closing in there), the stop rule's
+    margin, and whether it had the gradient families' full budget), the stop rule's
     tolerance, and a status other than converged in the stop rule's words up to its advice (``why``)."""
     from robustbench_pid.results.store import load_records
 
@@ -82,7 +82,7 @@ def ladder_evidence(out: Path, model: str, eps: str) -> dict:
     broke = set(aa.loc[~aa["correct_top1"].astype(bool), "sample_id"].astype(str))
     left = c[c["correct_top1"].astype(bool) & c["sample_id"].isin(broke)]
     missed = [{"sample_id": r.sample_id, "share": float(r.margin_gradient) / float(r.margin_clean),
-               "near_miss": bool(r.converge_near_miss), "closing": bool(r.converge_closing)}
+               "full": bool(getattr(r, "converge_full_gradient", False))}
               for r in left.itertuples()]
     detail = str(c["converge_detail"].iloc[0])
     why = "" if c["converge_status"].iloc[0] == "converged" else detail.split(": ")[0]
@@ -91,8 +91,8 @@ def ladder_evidence(out: Path, model: str, eps: str) -> dict:
 
 def round_costs(out: Path, model: str, eps: str) -> dict:
     """Forward passes per sample of the cell (all n): those of rung 0, the probes and round 1 (``first_fwd``), and
-    those of the later rounds (``later_fwd``: the rounds driven by breaks and the continuation rounds of exhaustion,
-    which run only the families still closing in), the samples the later rounds broke, which rounds ran
+    those of the later rounds (``later_fwd``: the full budgets on the near samples; earlier designs: their rounds
+    driven by breaks and continuation rounds), the samples the later rounds broke, which rounds ran
     (``rounds``: "2-5") and which of them were continuation rounds; read per work unit from its history."""
     import json
 

@@ -56,6 +56,19 @@ def why(out: Path, model: str, eps: str, draw: int) -> str:
     return "" if c.empty or c["converge_status"].iloc[0] == "converged" else str(c["converge_detail"].iloc[0]).split(": ")[0]
 
 
+def design_of(out: Path, model: str, eps: str, draw: int) -> int:
+    """The ladder design that made the draw's run (0 where its records are not there)."""
+    from robustbench_pid.results.store import load_records
+    from robustbench_pid.results.summaries.converge import ladder_design
+
+    run = cell_dir(out, model, eps) / run_name(draw)
+    if not (run / "records.parquet").is_file():
+        return 0
+    c = load_records(run)
+    c = c[c["attack"] == "converge"]
+    return ladder_design(c["params"].iloc[0]) if not c.empty else 0
+
+
 def misses(r: pd.Series, reason: str = "") -> List[str]:
     """The criteria a draw's row misses, each with by how much (``converge_doc.criteria``); ``reason``: why the
     status is not converged (:func:`why`)."""
@@ -78,11 +91,15 @@ def render(out: Path) -> str:
                     cells.append("not run")
                     continue
                 r = per[d]
+                from robustbench_pid.results.summaries.converge import DESIGN
+
+                design = design_of(out, model, e, d)
+                old = f" (earlier ladder: design {design})" if design and design < DESIGN else ""
                 miss = misses(r, why(out, model, e, d) if r.status != "converged" else "")
-                cells.append(f"{r.converged:.2f} {r.status}: " + ("every criterion" if not miss else
-                                                                   "misses " + ", ".join(miss)))
+                cells.append(f"{r.converged:.2f} {r.status}{old}: " + ("every criterion" if not miss else
+                                                                        "misses " + ", ".join(miss)))
                 if miss:
-                    failed.append(f"{model} {e} on draw {d}: {', '.join(miss)}")
+                    failed.append(f"{model} {e} on draw {d}{old}: {', '.join(miss)}")
             lines.append(f"| {model} | {e} | " + " | ".join(cells) + " |")
     ran = {d: sum(d in per for per in got.values()) for d in draws}
     cells = sum(map(len, GRID.values()))

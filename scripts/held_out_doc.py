@@ -61,7 +61,7 @@ class Row:
     design: int
     step_probe: int  # samples the step probe flagged (a step along the gradient no better than against it)
     two_draws: int  # samples the two-draw gradient test flagged (random gradients)
-    untrusted: int  # still-robust samples the stop rule did not trust the gradient families on
+    untrusted: int  # still-robust samples the gradient probe flagged (the only ground for "gradients mislead")
     detail: str  # what the attacks did (below the table)
 
 
@@ -100,7 +100,7 @@ def row_of(name: str, d: Dict) -> Row:
                100 * s["ladder_robust"].mean(), d["status"], 100 * s["aa_robust"].mean(), list(only),
                c["passes_backward"].mean() / (aa["backward_rows"] / n), c["passes_forward"].mean() / (aa["forward_rows"] / n),
                int(conv["design"]), _flag(c, "converge_grad_misleads"), _flag(c, "converge_random_gradients"),
-               _flag(c, "converge_untrusted", robust_only=True), detail)
+               _flag(c, "converge_grad_misleads", robust_only=True), detail)
 
 
 def problems_of(r: Row) -> List[str]:
@@ -151,7 +151,7 @@ def render(out: Path = OUT) -> str:
         f"{BWD_MAX:.2f}, forward <= {FWD_MAX:.2f}). What the attacks did:",
         "",
     ]
-    lines += [f"- {r.model} ({r.untrusted} still-robust sample(s) untrusted by the stop rule): {r.detail}" for r in rs]
+    lines += [f"- {r.model} ({r.untrusted} still-robust sample(s) flagged by the gradient probe): {r.detail}" for r in rs]
     return "\n".join(lines)
 
 

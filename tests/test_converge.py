@@ -18,12 +18,12 @@ import torch
 import robustbench_pid as rbp
 from robustbench_pid.benchmarks.ladder import Ladder, LadderSpec, Rung, RungResult, climb
 from robustbench_pid.errors import UserError
-from robustbench_pid.results.summaries.converge import (CONVERGED, NOT_CONVERGED, RANDOM_OUTPUTS, REDUCED, RUNG_ORDER,
-                                                        UPPER_BOUND)
+from robustbench_pid.results.summaries.converge import (BATCH_DEPENDENT, CONVERGED, NOT_CONVERGED, RANDOM_OUTPUTS,
+                                                        REDUCED, RUNG_ORDER, UPPER_BOUND)
 
 EPS = 0.1
 # a cut-down ladder for tests that do not read its status (its status says "reduced ladder")
-FAST = {"steps": 25, "sweep_steps": 6, "fab_steps": 10, "square_queries": 100, "eot_steps": 10, "eot_iter": 4, "spsa_iterations": 5,
+FAST = {"steps": 25, "sweep_steps": 6, "square_queries": 100, "square_budget": 200, "eot_iter": 4, "spsa_iterations": 5,
         "spsa_samples": 16}
 
 
@@ -85,8 +85,12 @@ def test_plain_model_ladder_order_scope_and_status(plain_run):
     df, rec = plain_run
     rungs = rec["converge_rungs"].iloc[0].split(",")
     assert rungs[0] == "user" and rungs == sorted(rungs, key=RUNG_ORDER.index)
-    # every round runs the four families: CE gradient, targeted margin, boundary, gradient-free
-    assert {"apgd-ce", "apgd-t", "fab-t", "square"} <= set(rungs)
+    # round 1 runs the targeted margin, CE gradient and gradient-free families; the boundary family (FAB-T) runs
+    # only its full budget, beside APGD-T's, in a later round
+    assert rungs[:4] == ["user", "apgd-t", "apgd-ce", "square"] and "fab-t" not in rungs
+    assert {r.split("@")[0] for r in rungs[4:]} <= {"apgd-t", "fab-t", "square"}
+    assert [r for r in rungs if r.startswith("fab-t@")] == [r.replace("apgd-t", "fab-t") for r in rungs
+                                                            if r.startswith("apgd-t@")]
     # rung 0 is the user's row, read (design 9): it breaks every sample the row breaks (here exactly those: no
     # walk crossed back) and makes no walk of its own: at most one verdict pass, at a first top-1 break the row's
     # final point no longer shows
@@ -118,7 +122,27 @@ def test_plain_model_ladder_order_scope_and_status(plain_run):
     rounds = [int(r) for r in rec["converge_rounds"].iloc[0].split(",")]
     broke = [int(b) for b in rec["converge_broke"].iloc[0].split(",")]
     last_round = sum(b for b, r in zip(broke, rounds) if r == max(rounds))
-    assert last_round <= rec["converge_tolerance"].iloc[0]
+    tol = int(rec["converge_tolerance"].iloc[0])
+    assert last_round <= tol and int(rec["converge_last_broke"].sum()) == last_round
+    # APGD-CE runs once (round 1 is its full budget); a later round runs the other families' full budgets
+    assert rounds[:4] == [0, 1, 1, 1] and not [r for r in rungs if r.startswith("apgd-ce@")]
+    # the records carry the stop rule's evidence: judged again from them, the unit's verdict and the condition's
+    from robustbench_pid.results.summaries.converge import condition_verdict, evidence
+    from robustbench_pid.results.summaries.stop_rule import near, verdict
+
+    ev = evidence(rec)
+    assert verdict(ev, tol) == (rec["converge_status"].iloc[0], rec["converge_detail"].iloc[0])
+    assert condition_verdict(rec) == (row["status"], row["status_detail"])
+    tau = float(rec["converge_tau"].iloc[0])
+    assert tau in (1 / 16, 1 / 8, 1 / 4, 1 / 2, 1.0)
+    # the still-robust samples that had a kind's full budget are exactly those near for it at the last tau
+    g, f = near(ev["left_gradient"].to_numpy(), ev["left_free"].to_numpy(), tau)
+    robust = rec["correct_top1"].astype(bool).to_numpy()
+    assert (rec["converge_full_gradient"].astype(bool).to_numpy()[robust] == g[robust]).all()
+    assert (rec["converge_full_free"].astype(bool).to_numpy()[robust] == f[robust]).all()
+    for col in ("margin_gradient", "margin_free"):  # every family reported how near it came on what it attacked
+        assert np.isfinite(rec[col].to_numpy()[robust]).all(), col
+    assert (rec["margin_clean"].to_numpy()[robust] > 0).all()
     # the worst-case point of each sample is in the records: broken ones within eps, robust ones the clean image
     broken = rec["clean_correct_top1"].astype(bool) & ~rec["correct_top1"].astype(bool)
     assert broken.any() and (rec.loc[broken, "pert_linf"] <= EPS + 1e-6).all() and (rec.loc[broken, "pert_linf"] > 0).all()
@@ -176,164 +200,452 @@ def test_resume_after_an_interrupted_run_gives_the_same_records(plain, digits8, 
 
 
 def _ladder(n: int) -> Ladder:
-    return Ladder(robust=torch.ones(n, dtype=torch.bool))
+    """``n`` still-robust samples whose clean verdict margins are 1, so that a margin a rung reaches is the share
+    of the clean margin it left (what ``tau`` is compared with)."""
+    return Ladder(robust=torch.ones(n, dtype=torch.bool), clean_margin=torch.ones(n))
 
 
-def _fake(breaks: dict, nearness=None, free=None):
-    """A rung runner that breaks the first ``breaks[rung]`` of the samples it is given (``nearness``: per sample,
-    what the ranked APGD-T reports as its best margin loss; ``free``: what Square reports)."""
+def _fake(breaks: dict, gradient=None, free=None):
+    """A rung runner. ``breaks[rung id]``: how many of the first samples it is given it breaks, or the set of sample
+    ids it breaks (where given them); ``gradient`` / ``free``: per sample, the lowest verdict margin (``margin_best``)
+    the gradient families (and EOT, SPSA) / Square report. Its L-inf Square reports the state to continue from as the
+    real one does: the sign pattern of its best point (+1 on even samples, -1 on odd ones) and the queries done.
+    ``seen``: (rung id, samples) per call; ``run.rungs``: rung id -> the rung it was given."""
     seen = []
+    rungs = {}
 
     def run(rung: Rung, idx: torch.Tensor):
         seen.append((rung.id, idx.tolist()))
-        k = breaks.get(rung.id, 0)
-        still = torch.ones(len(idx), dtype=torch.bool)
-        still[:k] = False
-        near = nearness[idx] if nearness is not None and rung.family == "targeted" else None
-        near = free[idx] if free is not None and rung.family == "free" else near
-        res = RungResult(still, torch.ones(len(idx)), torch.ones(len(idx)), None, near)
-        if rung.family == "free":  # Square's state to continue from, as the real one reports it
+        rungs[rung.id] = rung
+        b = breaks.get(rung.id, 0)
+        if isinstance(b, int):
+            still = torch.ones(len(idx), dtype=torch.bool)
+            still[:b] = False
+        else:
+            still = torch.tensor([i not in b for i in idx.tolist()], dtype=torch.bool)
+        m = free if rung.kind == "free" else gradient
+        res = RungResult(still, torch.ones(len(idx)), torch.ones(len(idx)),
+                         margin_best=None if m is None else m[idx].clone())
+        if rung.attack == "square":
             res.done = (rung.resume[1] if rung.resume is not None else torch.zeros(len(idx))) + rung.params["n_queries"]
-            res.signs = torch.zeros((len(idx), 1, 1, 1), dtype=torch.int8)
+            res.signs = (1 - 2 * (idx % 2)).to(torch.int8).reshape(-1, 1, 1, 1)
         return res
+
+    run.rungs = rungs
     return run, seen
 
 
-ROUND1 = ["apgd-t", "apgd-ce", "fab-t", "square"]
+ROUND1 = ["apgd-t", "apgd-ce", "square"]  # FAB-T has no round-1 run: its full budget only
+NONE = torch.zeros(1000, dtype=torch.bool)
 
 
-def test_a_round_that_breaks_at_most_the_tolerance_ends_the_ladder_and_every_family_runs_first():
-    spec = LadderSpec()
-    none = torch.zeros(1000, dtype=torch.bool)
-    run, seen = _fake({"apgd-t": 1})
-    lad = climb(_ladder(1000), spec, EPS, run, unstable=False, no_grad=none)
-    # one round of the four families breaking 1 <= max(1, 0.1% of 1000) stops; gradient rungs alone never do
-    assert [s[0] for s in seen] == ROUND1 and lad.status == CONVERGED and "round 1" in lad.detail
-    # only still-robust samples reach a later rung
+def _climb(n: int, run, spec=None, lad=None, **kw) -> Ladder:
+    kw.setdefault("unstable", False)
+    kw.setdefault("no_grad", torch.zeros(n, dtype=torch.bool))
+    return climb(lad if lad is not None else _ladder(n), spec or LadderSpec(), EPS, run, **kw)
+
+
+def _later(seen):
+    return [(rid, ids) for rid, ids in seen if "@" in rid]
+
+
+def test_round_one_runs_apgd_t_apgd_ce_and_square_on_every_still_robust_sample_at_their_first_budgets():
+    """Round 1: APGD-T's sweep of 9 ranked targets x 12 iterations, APGD-CE 100 and Square 500, each on every sample
+    still robust after the rungs before it (FAB-T has no round-1 run: round 1 is the three fast finders of near
+    samples). Breaking 1 <= max(1, 0.1% of 1000) with no sample near (no margins reported) ends the ladder there."""
+    run, seen = _fake({"apgd-t": [3]})
+    lad = _climb(1000, run)
+    assert [s[0] for s in seen] == ROUND1
+    assert seen[0][1] == list(range(1000)) and all(ids == [i for i in range(1000) if i != 3] for _, ids in seen[1:])
+    assert [h["settings"] for h in lad.history] == ["APGD-T-12 (targets 1-9 of 9 ranked by boundary distance)",
+                                                    "APGD-CE-100", "Square-500 (p_init 0.8, 1 restart)"]
+    assert [h["round"] for h in lad.history] == [1, 1, 1] and lad.broken_by[3] == "apgd-t"
+    assert lad.status == CONVERGED and lad.tau == 1 / 16
+    assert lad.detail == ("every sample within tau = 0.0625 of its clean margin had each family's full AutoAttack "
+                          "budget, and the last round broke 1 sample(s) (tolerance 1)")
+    assert lad.last_broke.nonzero().squeeze(1).tolist() == [3]
+    assert not lad.full["gradient"].any() and not lad.full["free"].any()
+    # only still-robust samples reach a later rung: APGD-CE the 990 APGD-T left, Square the 985 after it
     run, seen = _fake({"apgd-t": 10, "apgd-ce": 5})
-    lad = climb(_ladder(1000), spec, EPS, run, unstable=False, no_grad=none)
-    assert [s[0] for s in seen][:4] == ROUND1
-    assert len(seen[1][1]) == 990 and len(seen[2][1]) == 985 and set(seen[1][1]).isdisjoint(range(10))
-    # round 1 broke 15 > 1: round 2 attacks the 20% still-robust samples nearest the boundary, and breaks nothing;
-    # FAB-T and Square go back only where they were closing in, Square also where the gradients mislead, and to
-    # their own nearest after they broke a sample (none of that here: they reported no margins and broke nothing)
-    assert [s[0] for s in seen][4:] == ["apgd-t@2", "apgd-ce@2"]
-    assert len(seen[4][1]) == 197 and lad.status == CONVERGED and "round 2" in lad.detail
+    lad = _climb(1000, run)
+    assert [s[0] for s in seen][:3] == ROUND1
+    assert [len(s[1]) for s in seen[:3]] == [1000, 990, 985]
+    assert set(seen[1][1]).isdisjoint(range(10)) and set(seen[2][1]).isdisjoint(seen[1][1][:5])
+    # round 1 broke 15 > 1 and no sample is near: tau doubles past every tau that adds none (1/8 ... 1/2) to 1,
+    # where every still-robust sample gets the full budgets (FAB-T's first run); APGD-CE's round 1 was its full
+    # budget: it has no turn
+    assert _later(seen) == [("apgd-t@2", seen[2][1]), ("fab-t@2", seen[2][1]), ("square@2", seen[2][1])]
+    assert lad.tau == 1.0 and lad.status == CONVERGED and bool(lad.full["gradient"].eq(lad.robust).all())
+    assert lad.detail.startswith("every still-robust sample had each family's full AutoAttack budget, and the last "
+                                 "round broke 0 sample(s)")
 
 
 def test_the_gradient_free_rung_breaking_more_than_the_tolerance_keeps_the_ladder_climbing():
-    """The adversarially trained model the issue met: the gradient rungs break nothing more, Square breaks 2."""
-    spec = LadderSpec()
-    none = torch.zeros(200, dtype=torch.bool)
+    """The adversarially trained model the issue met: the gradient rungs break 1, Square 2 in round 1 (3 > the
+    tolerance of 1): the next round runs the full budgets, here on every sample (none was near before tau 1)."""
     run, seen = _fake({"apgd-t": 1, "square": 2})
-    lad = climb(_ladder(200), spec, EPS, run, unstable=False, no_grad=none)
-    assert [s[0] for s in seen][:7] == ROUND1 + ["apgd-t@2", "apgd-ce@2", "square@2"]  # FAB-T broke nothing
-    assert lad.status == CONVERGED and int((~lad.robust).sum()) == 3
+    lad = _climb(200, run)
+    assert [s[0] for s in seen] == ROUND1 + ["apgd-t@2", "fab-t@2", "square@2"]
+    assert [len(ids) for _, ids in _later(seen)] == [197, 197, 197]
+    assert lad.status == CONVERGED and int((~lad.robust).sum()) == 3 and lad.tau == 1.0
 
 
-def test_later_rounds_attack_the_nearest_samples_and_name_the_last_round_when_they_run_out():
-    near = torch.arange(100, dtype=torch.float32) % 7  # the samples with nearness 6 come first
-    spec = LadderSpec.from_options({"tol_share": 0.0, "near_min": 1})
-    run, seen = _fake({r: 3 for r in RUNG_ORDER}, near)
-    lad = climb(_ladder(100), spec, EPS, run, unstable=False, no_grad=torch.zeros(100, dtype=torch.bool))
-    ids = [s[0] for s in seen]
-    assert ids == ROUND1 + [f"{r}@2" for r in ROUND1] + [f"{r}@3" for r in ROUND1]
-    round2 = dict(seen)["apgd-t@2"]
-    assert len(round2) == 18 and all(int(near[i]) >= 5 for i in round2)  # ceil(20% of the 88 left), nearest first
-    assert lad.status == NOT_CONVERGED and "round 3, the last (3 allowed), still broke 12" in lad.detail
-
-
-def test_each_family_goes_back_to_the_samples_its_own_evidence_puts_nearest_and_square_to_the_misled_ones():
-    """Square's later runs go to the samples Square came nearest on, the gradient families' to those APGD-T came
-    nearest on; and Square also takes every sample on which its short search matched the gradient attacks'
-    margin (their gradients mislead there), however far from the boundary both were."""
-    n = 100
-    grad = torch.linspace(-0.1, -0.9, n)  # APGD-T: sample 0 nearest
-    free = torch.full((n,), -5.0)
-    free[90:] = torch.linspace(-0.3, -0.2, 10)  # Square: 99 nearest; and 90-99 at least as near as APGD-T got
-    free[50] = -0.45  # APGD-T came to -0.50 on 50: Square nearer, though far from Square's nearest: misled
-    free[40] = -0.40  # and to -0.42 on 40: misled too
-    spec = LadderSpec.from_options({"near_min": 1})
-    run, seen = _fake({"apgd-t": 5}, grad, free)
-    lad = climb(_ladder(n), spec, EPS, run, unstable=False, no_grad=torch.zeros(n, dtype=torch.bool))
-    scope = dict(seen)
-    nearest = set(range(5, 5 + 19))  # ceil(20% of the 95 left) by APGD-T's margin, after the 5 it broke
-    assert set(scope["apgd-t@2"]) == nearest and set(scope["apgd-ce@2"]) == nearest
-    misled = {i for i in range(5, n) if free[i] >= grad[i]}
-    assert {40, 50} <= misled and not (misled & set(range(5, 40)))
-    by_square = set(torch.argsort(free[5:], descending=True, stable=True)[:19].add(5).tolist())
-    assert set(scope["square@2"]) == misled  # Square broke nothing in round 1: not its own nearest (design 6)
-    run, seen = _fake({"apgd-t": 5, "square": 1}, grad, free)  # it broke the first sample it attacked, 5
-    lad = climb(_ladder(n), spec, EPS, run, unstable=False, no_grad=torch.zeros(n, dtype=torch.bool))
-    by_square = set(torch.argsort(free[6:], descending=True, stable=True)[:19].add(6).tolist())
-    assert set(dict(seen)["square@2"]) == by_square | misled
-    assert bool(lad.misled()[40]) and not bool(lad.misled()[6])
-
-
-def test_no_gradient_samples_get_spsa_and_a_randomised_model_the_eot_rungs():
-    spec = LadderSpec()
+def test_no_gradient_samples_get_spsa_after_the_families_and_a_randomised_model_the_eot_rungs_first():
     no_grad = torch.zeros(50, dtype=torch.bool)
     no_grad[10:20] = True
     run, seen = _fake({})
-    lad = climb(_ladder(50), spec, EPS, run, unstable=True, no_grad=no_grad)
+    lad = _climb(50, run, unstable=True, no_grad=no_grad)
     ids = [s[0] for s in seen]
-    assert ids[:2] == ["eot-ce", "eot-dlr"] and ids.index("spsa") > ids.index("square")
-    assert dict(seen)["spsa"] == list(range(10, 20))
+    assert ids == ["eot-ce", "eot-dlr"] + ROUND1 + ["spsa"]
+    assert dict(seen)["eot-ce"] == list(range(50)) and dict(seen)["spsa"] == list(range(10, 20))
+    assert [h["settings"] for h in lad.history][:2] == ["APGD-CE-100 (EOT over 20 draws)",
+                                                        "APGD-DLR-100 (EOT over 20 draws)"]
+    assert lad.status == UPPER_BOUND and "on 10 still-robust sample(s) (tolerance 1)" in lad.detail
+    # one sample without gradients is within the tolerance; the random forward pass then makes it not converged
+    run, seen = _fake({})
+    lad = _climb(50, run, unstable=True, no_grad=torch.arange(50) == 7)
+    assert dict(seen)["spsa"] == [7] and lad.status == RANDOM_OUTPUTS
+    # random gradients at a deterministic forward pass: the EOT rungs run, the rounds judge as usual
+    run, seen = _fake({})
+    lad = _climb(50, run, random_gradients=True)
+    assert [s[0] for s in seen] == ["eot-ce", "eot-dlr"] + ROUND1 and lad.status == CONVERGED
+    # under L2 Square covers the samples without gradients: no SPSA
+    run, seen = _fake({})
+    _climb(50, run, no_grad=no_grad, norm="l2")
+    assert [s[0] for s in seen] == ROUND1 and seen[-1][0] == "square"
+
+
+def test_near_samples_get_their_kinds_full_budget_once_and_apgd_ce_does_not_run_again():
+    """Near at tau: for the gradient families where one of them left at most tau of the clean margin (here 1), for
+    Square where Square did or came nearer than they did. Round 2 (tau 1/16) gives the gradient-near samples APGD-T's
+    and FAB-T's full budgets, the Square-near ones Square's; round 2 breaking 2 > 1 doubles tau, and round 3 (1/8)
+    takes only the samples that became near and never had the budget."""
+    n = 100
+    g = torch.full((n,), 0.9)
+    g[0:5] = 0.05
+    g[5:10] = 0.1  # near at 1/8, not at 1/16
+    g[40] = 0.03
+    g[60] = 1 / 16  # at most tau: near
+    f = torch.full((n,), 2.0)
+    f[20] = 0.5  # far, but nearer than the gradient families came (0.9): Square's evidence only
+    f[40] = 0.04  # within tau (though the gradients came nearer)
+    f[30] = 0.9  # as near as the gradients, not nearer: not near
+    grad_near, free_near = [0, 1, 2, 3, 4, 40, 60], [20, 40]
+    run, seen = _fake({}, g, f)
+    lad = _climb(n, run)
+    assert _later(seen) == [("apgd-t@2", grad_near), ("fab-t@2", grad_near), ("square@2", free_near)]
+    assert lad.full["gradient"].nonzero().squeeze(1).tolist() == grad_near
+    assert lad.full["free"].nonzero().squeeze(1).tolist() == free_near
+    assert lad.status == CONVERGED and lad.tau == 1 / 16
+    assert [h["scope"] for h in lad.history if h["round"] == 2] == ["near"] * 3
+    run, seen = _fake({"apgd-t@2": 2}, g, f)  # breaks 0 and 1
+    lad = _climb(n, run)
+    assert _later(seen) == [("apgd-t@2", grad_near), ("fab-t@2", grad_near[2:]), ("square@2", free_near),
+                            ("apgd-t@3", [5, 6, 7, 8, 9]), ("fab-t@3", [5, 6, 7, 8, 9])]
+    assert lad.status == CONVERGED and lad.tau == 1 / 8 and lad.last_broke.sum() == 0
+    assert lad.detail == ("every sample within tau = 0.125 of its clean margin had each family's full AutoAttack "
+                          "budget, and the last round broke 0 sample(s) (tolerance 1)")
+    # each sample had each kind's full budget at most once
+    for fam in ("apgd-t", "fab-t", "square"):
+        runs = [set(ids) for rid, ids in _later(seen) if rid.split("@")[0] == fam]
+        assert sum(len(s) for s in runs) == len(set().union(*runs)), fam
+
+
+def test_tau_doubles_while_the_last_round_breaks_more_than_the_tolerance_skipping_a_tau_that_adds_no_sample():
+    """Rounds at tau 1/16, 1/8, (1/4 adds no sample: skipped), 1/2 and 1 = every still-robust sample; each breaks 2
+    (> the tolerance of 1): not converged at tau 1, where every sample had the full budget. ``on_round`` hears each
+    round's samples per kind as it is decided."""
+    n = 100
+    g = torch.full((n,), 0.9)
+    g[0:10], g[10:20], g[20:30] = 0.05, 0.1, 0.4
+    f = torch.full((n,), 5.0)  # Square came nowhere near, nor nearer than the gradients
+    breaks = {f"apgd-t@{r}": 2 for r in range(2, 9)}
+    heard = []
+
+    def on_round(r, scopes):
+        heard.append((r, int(scopes["gradient"].sum()), int(scopes["free"].sum())))
+
+    run, seen = _fake(breaks, g, f)
+    lad = _climb(n, run, on_round=on_round)
+    later = _later(seen)
+    assert [rid for rid, _ in later] == ["apgd-t@2", "fab-t@2", "apgd-t@3", "fab-t@3", "apgd-t@4", "fab-t@4",
+                                         "apgd-t@5", "fab-t@5", "square@5"]
+    assert dict(later)["apgd-t@2"] == list(range(10)) and dict(later)["apgd-t@3"] == list(range(10, 20))
+    assert dict(later)["apgd-t@4"] == list(range(20, 30)) and dict(later)["apgd-t@5"] == list(range(30, 100))
+    broken = {0, 1, 10, 11, 20, 21, 30, 31}
+    assert dict(later)["square@5"] == [i for i in range(n) if i not in broken]  # Square's full budget: every sample
+    assert heard == [(1, 100, 100), (2, 10, 0), (3, 10, 0), (4, 10, 0), (5, 70, 94)]
+    assert lad.tau == 1.0 and lad.status == NOT_CONVERGED and int(lad.last_broke.sum()) == 2
+    assert lad.detail == ("every still-robust sample had the full budget and the last round still broke 2 sample(s) "
+                          "(tolerance 1): the number is an upper bound")
+    assert bool(lad.full["gradient"][lad.robust].all()) and bool(lad.full["free"][lad.robust].all())
+    # the round at 1/2 breaking 1 <= 1 ends the ladder there, converged
+    run, seen = _fake({**breaks, "apgd-t@4": 1}, g, f)
+    lad = _climb(n, run)
+    assert [rid for rid, _ in _later(seen)][-1] == "fab-t@4" and lad.tau == 0.5 and lad.status == CONVERGED
+    assert "every sample within tau = 0.5 of its clean margin" in lad.detail
+
+
+def test_the_full_apgd_t_runs_follow_the_class_order_the_sweep_measured():
+    """deit 5/255 (design 5): the 12-iteration sweep brought sample 788 to a margin of 0.10 on a class its linearised
+    ranking put 4th; AutoAttack broke it on that class. The full runs attack each sample's classes in the order of
+    what the sweep reached on each."""
+    n, k = 12, 9
+    classes = torch.arange(1, k + 1).repeat(n, 1)  # the sweep attacked classes 1..9 in this order
+    reach = torch.full((n, k), -2.0)
+    reach[:, 5] = -0.01  # ... and came nearest on class 6, ranked 6th
+    reach[:, 7] = -0.5  # then class 8
+    reach[4, 0] = -0.001  # sample 4: nearest on class 1
+    seen = {}
+
+    def run(rung: Rung, idx: torch.Tensor):
+        seen[rung.id] = (idx.tolist(), rung.order)
+        still = torch.ones(len(idx), dtype=torch.bool)
+        res = RungResult(still, torch.ones(len(idx)), torch.ones(len(idx)), margin_best=torch.full((len(idx),), 0.01))
+        if rung.id == "apgd-t":
+            still[:2] = False  # samples 0 and 1 break in round 1
+            res.target_order, res.target_reach = classes[idx], reach[idx]
+        return res
+
+    lad = _climb(n, run)
+    assert seen["apgd-t"][1] is None  # round 1 ranks the classes itself
+    ids, order = seen["apgd-t@2"]
+    assert ids == list(range(2, n)) and order is not None and order.shape == (n - 2, k)
+    rows = dict(zip(ids, order.tolist()))
+    assert rows[4] == [1, 6, 8, 2, 3, 4, 5, 7, 9]  # nearest as measured first, the rest in the sweep's order
+    assert all(rows[i] == [6, 8, 1, 2, 3, 4, 5, 7, 9] for i in ids if i != 4)
+    assert seen["fab-t@2"][1] is None
+    settings = {h["id"]: h["settings"] for h in lad.history}
+    assert settings["apgd-t@2"] == "APGD-T-100 (targets 1-9 of 9 ranked by round 1's sweep)"
+    assert settings["fab-t@2"] == "FAB-T-100 (9 targets)"
+    # a sweep that reported no measured order: the full run ranks the classes itself
+    run, seen2 = _fake({}, torch.full((n,), 0.01))
+    lad = _climb(n, run)
+    assert run.rungs["apgd-t@2"].order is None
+    assert [h["settings"] for h in lad.history if h["id"] == "apgd-t@2"] == [
+        "APGD-T-100 (targets 1-9 of 9 ranked by boundary distance)"]
+
+
+def test_square_continues_each_samples_search_from_its_best_point_to_autoattacks_5000_queries():
+    """Square's full budget continues round 1's 500-query run of each sample from its best point (its sign pattern,
+    the square-size schedule moved on by the queries done): 4,500 more, AutoAttack's one 5,000-query run in two
+    pieces. Its L2 form keeps no such state: 5,000 queries afresh."""
+    n = 10
+    g = torch.full((n,), 0.9)
+    f = torch.full((n,), 2.0)
+    f[[3, 4, 7]] = 0.02
+    run, seen = _fake({}, g, f)
+    lad = _climb(n, run)
+    assert _later(seen) == [("square@2", [3, 4, 7])]
+    rung = run.rungs["square@2"]
+    assert rung.params["n_queries"] == 4500 and rung.resume is not None
+    signs, done = rung.resume
+    assert signs.flatten().tolist() == [-1, 1, -1] and done.tolist() == [500.0, 500.0, 500.0]
+    assert [h["settings"] for h in lad.history if h["family"] == "free"] == [
+        "Square-500 (p_init 0.8, 1 restart)",
+        "Square +4500 (p_init 0.8, 1 restart), continuing each sample's run from its best point"]
+    assert lad.kept["free"]["done"].tolist() == [500.0 if i not in (3, 4, 7) else 5000.0 for i in range(n)]
+    # another budget: the continuation is what is left of it
+    run, _ = _fake({}, g, f)
+    _climb(n, run, LadderSpec.from_options({"square_budget": 2000}))
+    assert run.rungs["square@2"].params["n_queries"] == 1500
+    # L2: the families' L2 forms, Square's full budget afresh
+    run, seen = _fake({}, g, f)
+    lad = _climb(n, run, norm="l2")
+    assert _later(seen) == [("square@2", [3, 4, 7])]
+    assert run.rungs["square@2"].resume is None and run.rungs["square@2"].params["n_queries"] == 5000
+    assert [h["settings"] for h in lad.history if h["family"] == "free"] == [
+        "Square-L2-500 (p_init 0.8, 1 restart)", "Square-L2-5000 (p_init 0.8, 1 restart)"]
+
+
+def test_a_square_full_run_without_round_ones_state_is_the_full_budget_afresh():
+    """The documented fall-back (``Free.prepare``: "no search to continue: the full budget afresh"). A sample whose
+    round-1 Square state is missing (here: reported as 0 queries done, as the real Square reports a still-robust
+    sample it did not attack, e.g. one the attacked model misclassified at the clean point) must not cost the other
+    samples their continuation, and whatever runs afresh must run AutoAttack's 5,000 queries."""
+    n = 10
+    g = torch.full((n,), 0.9)
+    f = torch.full((n,), 0.02)
+    base, _ = _fake({}, g, f)
+
+    def run(rung, idx):
+        res = base(rung, idx)
+        if rung.id == "square":
+            res.done[idx == 5] = 0  # sample 5: no search to continue
+        return res
+
+    _climb(n, run)
+    rung = base.rungs["square@2"]
+    assert rung.resume is not None or rung.params["n_queries"] == 5000
+
+
+def test_round_two_runs_each_familys_full_autoattack_budget_and_round_one_its_first_budget():
+    from robustbench_pid.benchmarks.ladder import planned_round
+
+    spec = LadderSpec()
+    got = {r: [(x.id, x.attack, x.params, x.family, x.scope) for x in planned_round(spec, EPS, r, False, False)]
+           for r in (1, 2, 5)}
+    assert got[1] == [("apgd-t", "apgd_ranked", {"eps": EPS, "steps": 12, "targets": 9, "first": 1, "pool": 9},
+                       "targeted", "robust"),
+                      ("apgd-ce", "apgd_ce", {"eps": EPS, "steps": 100}, "ce", "robust"),
+                      ("square", "square", {"eps": EPS, "n_queries": 500}, "free", "robust")]
+    for r in (2, 5):
+        assert got[r] == [(f"apgd-t@{r}", "apgd_ranked", {"eps": EPS, "steps": 100, "targets": 9, "first": 1,
+                                                          "pool": 9}, "targeted", "near"),
+                          (f"fab-t@{r}", "fab_t", {"eps": EPS, "steps": 100, "targets": 9, "first": 1}, "boundary",
+                           "near"),
+                          (f"square@{r}", "square", {"eps": EPS, "n_queries": 4500}, "free", "near")]
+    l2 = [(x.id, x.attack, x.params.get("n_queries")) for x in planned_round(spec, EPS, 2, False, False, "l2")]
+    assert l2 == [("apgd-t@2", "apgd_ranked_l2", None), ("fab-t@2", "fab_t_l2", None), ("square@2", "square_l2", 5000)]
+    # a randomised model's EOT rungs and the no-gradient SPSA are round 1's, before and after the families; L2: no SPSA
+    assert [x.id for x in planned_round(spec, EPS, 1, True, True)] == ["eot-ce", "eot-dlr"] + ROUND1 + ["spsa"]
+    assert [x.id for x in planned_round(spec, EPS, 1, True, True, "l2")] == ["eot-ce", "eot-dlr"] + ROUND1
+    assert [x.id for x in planned_round(spec, EPS, 2, True, True)] == ["apgd-t@2", "fab-t@2", "square@2"]
+    small = LadderSpec.from_options({"steps": 50, "pool": 4})
+    assert [(x.params.get("steps"), x.params.get("targets")) for x in planned_round(small, EPS, 2, False, False)] == [
+        (50, 4), (50, 4), (None, None)]
+
+
+def test_a_kinds_margin_is_the_lowest_any_of_its_rungs_reached_as_a_share_of_the_clean_margin():
+    """cnn_at 48/255 (design 5): APGD-CE brought sample 1415 to a margin of 0.005 (clean 3.4), and the near set was
+    chosen by APGD-T's evidence alone, so the full APGD-T runs never had it; AutoAttack broke it. Every gradient
+    family's margin (and EOT's, SPSA's) is the gradient kind's evidence; Square's is its own."""
+    from robustbench_pid.results.summaries.stop_rule import near
+
+    n = 10
+    lad = _ladder(n)
+    lad.clean_margin = torch.full((n,), 4.0)
+    lad.clean_margin[7] = 3.4
+    idx = torch.arange(n)
+    P = {"eps": EPS}
+
+    def res(margin):
+        return RungResult(torch.ones(n, dtype=torch.bool), torch.ones(n), torch.ones(n), margin_best=margin)
+
+    t_margin = torch.linspace(3.0, 1.0, n)
+    lad.record(Rung("apgd-t", "apgd_ranked", P, "targeted"), idx, res(t_margin))
+    ce = torch.full((n,), 3.9)
+    ce[7] = 0.005
+    lad.record(Rung("apgd-ce", "apgd_ce", P, "ce"), idx, res(ce))
+    spsa = torch.full((n,), 3.9)
+    spsa[2] = 0.2
+    lad.record(Rung("spsa", "spsa", P, scope="no-gradient"), idx, res(spsa))
+    sq = torch.full((n,), 0.8)
+    sq[9] = 0.1
+    lad.record(Rung("square", "square", P, "free"), idx, res(sq))
+    want = torch.minimum(torch.minimum(t_margin, ce), spsa)
+    assert torch.equal(lad.margin["gradient"], want) and torch.equal(lad.margin["free"], sq)
+    assert lad.left("gradient")[7].item() == pytest.approx(0.005 / 3.4)
+    assert lad.left("gradient")[2].item() == pytest.approx(0.05)
+    g, f = near(lad.left("gradient").numpy(), lad.left("free").numpy(), 1 / 16)
+    assert g.nonzero()[0].tolist() == [2, 7]
+    # Square: within tau on sample 9 (0.025), and nearer than the gradient families wherever they left more than it
+    assert f.nonzero()[0].tolist() == [0, 1, 3, 4, 5, 6, 8, 9]
+    # a later rung's margin only ever lowers a kind's evidence; a rung that reports none leaves it
+    lad.record(Rung("apgd-t@2", "apgd_ranked", P, "targeted", 2, "near"), idx[:3],
+               RungResult(torch.ones(3, dtype=torch.bool), torch.ones(3), torch.ones(3),
+                          margin_best=torch.tensor([9.0, 0.5, 0.1])))
+    lad.record(Rung("fab-t@2", "fab_t", P, "boundary", 2, "near"), idx, res(None))
+    assert lad.margin["gradient"][:3].tolist() == pytest.approx([want[0].item(), 0.5, 0.1])
+    # without a clean margin no share is known: nothing is near before tau 1
+    lad.clean_margin = None
+    assert bool(torch.isinf(lad.left("gradient")).all())
+
+
+def test_a_random_search_nearer_than_the_gradients_gets_its_full_budget_and_only_the_probe_makes_gradients_mislead():
+    """Design 11: samples on which Square came nearer than every gradient family (here 0.3 against 0.5, both beyond
+    tau) get Square's full budget, and are no reason for "gradients mislead"; only the gradient probe's flag
+    (``ladder.misleading``) on more than the tolerance of the still-robust samples makes the number that upper bound,
+    whatever the rounds broke. The probe's flag on a sample a rung broke does not count."""
+    from robustbench_pid.results.summaries.converge import MISLED
+
+    n = 100
+    g = torch.full((n,), 0.5)
+    for nearer, flagged, broken, want in ((5, 0, (), CONVERGED), (0, 2, (), MISLED), (5, 1, (), CONVERGED),
+                                          (0, 1, (), CONVERGED), (0, 2, (51,), CONVERGED), (5, 3, (), MISLED)):
+        f = torch.full((n,), 6.0)
+        f[:nearer] = 0.3
+        lad = _ladder(n)
+        lad.misleading[50:50 + flagged] = True
+        run, seen = _fake({"apgd-t": set(broken)}, g, f)
+        _climb(n, run, lad=lad)
+        assert lad.status == want, (nearer, flagged, broken, lad.status)
+        assert _later(seen) == ([("square@2", list(range(nearer)))] if nearer else [])
+        assert lad.full["free"].nonzero().squeeze(1).tolist() == list(range(nearer))
+        assert not lad.full["gradient"].any()
+        if want == MISLED:
+            assert lad.detail.startswith(f"the gradient probe flags {flagged} still-robust sample(s) (tolerance 1)")
+    # beyond the tolerance, samples without usable gradients come first: an upper bound of that kind
+    lad = _ladder(n)
+    lad.misleading[50:53] = True
+    run, _ = _fake({}, g, torch.full((n,), 6.0))
+    _climb(n, run, lad=lad, no_grad=torch.arange(n) < 2)
     assert lad.status == UPPER_BOUND
 
 
-def test_round_one_sweeps_every_ranked_target_briefly_and_later_rounds_go_deep_on_the_next_ranks():
-    """Round 1's APGD-T runs all ``pool`` ranked classes for ``sweep_steps`` iterations each (a break ranked 3rd
-    to 6th is not left to a later round on a subset); rounds 2 and 3 run ranks 1-3 and 4-6 at ``steps`` each."""
-    spec = LadderSpec()
-    run, seen = _fake({"apgd-t": 50, "apgd-t@2": 20})
-    lad = climb(_ladder(1000), spec, EPS, run, unstable=False, no_grad=torch.zeros(1000, dtype=torch.bool))
-    targeted = [h["settings"] for h in lad.history if h["family"] == "targeted"]
-    assert targeted == ["APGD-T-12 (targets 1-9 of 9 ranked by boundary distance)",
-                        "APGD-T-100 (targets 1-3 of 9 ranked by boundary distance)",
-                        "APGD-T-100 (targets 4-6 of 9 ranked by boundary distance)"]
-    assert lad.status == CONVERGED and "round 3" in lad.detail
-    with pytest.raises(UserError, match="3 deep rounds of 4 ranked targets need 12 candidates but pool is 9"):
-        LadderSpec.from_options({"rounds": 4, "targets": 4})
-
-
-def test_square_continues_each_samples_search_doubling_its_queries_and_never_past_its_cap():
-    """Design 7: 500 queries in round 1; each later run continues the sample's search from its best point for as
-    many queries again (500 more, then 1,000 more: AutoAttack's one run in pieces, no fresh starts repeating the large
-    early squares), only where Square's evidence sends it (here: its own nearest, after it broke a sample)."""
-    spec = LadderSpec()
-
-    def runs(breaks, spec=spec, free=torch.linspace(0, 1, 1000)):  # Square's own nearest: the same samples each round
-        run, seen = _fake(breaks, free=free)
-        lad = climb(_ladder(1000), spec, EPS, run, unstable=False, no_grad=torch.zeros(1000, dtype=torch.bool))
-        return [h["settings"].split(" (")[0].split(",")[0] for h in lad.history if h["family"] == "free"], lad, seen
-
-    got, lad, seen = runs({"apgd-t": 50, "square": 1, "apgd-t@2": 20, "square@2": 1})
-    assert got == ["Square-500", "Square +500", "Square +1000"], got
-    assert all("continuing each sample's run from its best point" in h["settings"] for h in lad.history
-               if h["family"] == "free" and h["round"] > 1)
-    attacked = [set(i) for r, i in seen if r == "square@3"][0]
-    assert {int(lad.square_done[i]) for i in attacked} == {2000}  # 500 + 500 + 1,000 on each sample it went on with
-    # Square broke nothing and was nowhere closing in or misled: it has no later run (its scope is empty)
-    got, lad, seen = runs({"apgd-t": 50, "apgd-t@2": 20}, free=None)
-    assert [r for r, i in seen if r.startswith("square") and i] == ["square"]
-    # never past Square's cap per sample, AutoAttack's 5,000 queries (the fake runner charged 1 + 1 before)
-    got, _, _ = runs({"apgd-t": 50, "square": 1, "apgd-t@2": 20, "square@2": 3},
-                     LadderSpec.from_options({"square_growth": 4}))
-    assert got == ["Square-500", "Square +1500", "Square +4998"], got
-
-
 def test_a_reduced_ladder_says_so_in_its_status_and_rung_settings():
-    spec = LadderSpec.from_options({"steps": 1, "sweep_steps": 2, "targets": 1})
-    assert spec.reductions() == ["steps 1 < 100", "sweep_steps 2 < 12", "targets 1 < 3"]
+    spec = LadderSpec.from_options({"steps": 1, "sweep_steps": 2})
+    assert spec.reductions() == ["steps 1 < 100", "sweep_steps 2 < 12"]
     run, _ = _fake({})
-    lad = climb(_ladder(100), spec, EPS, run, unstable=False, no_grad=torch.zeros(100, dtype=torch.bool))
-    assert lad.status == f"{REDUCED} (steps 1 < 100, sweep_steps 2 < 12, targets 1 < 3)" and lad.status != CONVERGED
+    lad = _climb(100, run, spec)
+    assert lad.status == f"{REDUCED} (steps 1 < 100, sweep_steps 2 < 12)" and lad.status != CONVERGED
     assert [h["settings"] for h in lad.history][:2] == ["APGD-T-2 (targets 1-9 of 9 ranked by boundary distance)",
                                                         "APGD-CE-1"]
-    looser = LadderSpec.from_options({"tol_share": 0.01})
-    assert looser.reductions() == ["tol_share 0.01 > 0.001"]
-    assert LadderSpec.from_options({"square_queries": 5000, "rounds": 4}).reductions() == []  # stronger: not reduced
+    # a smaller tau to start from gives fewer samples the full budget: weaker; a larger one, stronger
+    assert LadderSpec.from_options({"near": 1 / 32}).reductions() == ["near 0.03125 < 0.0625"]
+    assert LadderSpec.from_options({"near": 0.125}).reductions() == []
+    assert LadderSpec.from_options({"tol_share": 0.01}).reductions() == ["tol_share 0.01 > 0.001"]
+    assert LadderSpec.from_options({"tol_min": 2, "pool": 5, "square_budget": 3000}).reductions() == [
+        "tol_min 2 > 1", "pool 5 < 9", "square_budget 3000 < 5000"]
+    assert LadderSpec.from_options({"square_queries": 1000, "square_budget": 10000, "near": 1}).reductions() == []
+    # a verdict that is not "converged" is not made a reduced one
+    run, _ = _fake({"apgd-t": 5})
+    lad = _climb(100, run, spec, no_grad=torch.arange(100) < 50)
+    assert lad.status == UPPER_BOUND
+
+
+def test_the_ladder_settings_are_checked_where_they_enter():
+    """Eleven settings; a key of an earlier design is unknown; ``near`` is a share in (0, 1]; Square's full budget
+    continues round 1's run, so it is at least round 1's queries."""
+    from dataclasses import fields
+
+    assert [f.name for f in fields(LadderSpec)] == ["tol_share", "tol_min", "near", "steps", "pool", "sweep_steps",
+                                                    "square_queries", "square_budget", "eot_iter", "spsa_iterations",
+                                                    "spsa_samples"]
+    for key in ("fab_steps", "rounds", "targets", "near_share", "near_min", "cap_free", "lookahead", "square_growth",
+                "continue_rounds", "edge_tries", "near_miss", "unstable_rtol", "eot_steps"):
+        with pytest.raises(UserError, match=f"unknown --converge-opt key\\(s\\) '{key}'; valid: tol_share, tol_min"):
+            LadderSpec.from_options({key: 1})
+    with pytest.raises(UserError, match="key\\(s\\) 'bogus', 'rounds'"):
+        LadderSpec.from_options({"rounds": 3, "bogus": 1, "steps": 5})
+    for bad in (0, -0.1, 1.5, float("nan"), float("inf")):
+        with pytest.raises(UserError, match=r"near must be a share of the clean margin in \(0, 1\]"):
+            LadderSpec.from_options({"near": bad})
+    assert LadderSpec.from_options({"near": 1}).near == 1.0 and LadderSpec.from_options({"near": "0.25"}).near == 0.25
+    with pytest.raises(UserError, match=r"square_budget \(400\) must be at least square_queries \(500\)"):
+        LadderSpec.from_options({"square_budget": 400})
+    with pytest.raises(UserError, match=r"square_budget \(999\) must be at least square_queries \(1000\)"):
+        LadderSpec.from_options({"square_queries": 1000, "square_budget": 999})
+    assert LadderSpec.from_options({"square_queries": 800, "square_budget": 800}).square_budget == 800
+    with pytest.raises(UserError, match="steps must be >= 1, got 0"):
+        LadderSpec.from_options({"steps": 0})
+    for bad in (2.5, True, "many"):
+        with pytest.raises(UserError, match="expected a whole number"):
+            LadderSpec.from_options({"pool": bad})
+    with pytest.raises(UserError, match="expected a number"):
+        LadderSpec.from_options({"near": "far"})
+    with pytest.raises(UserError, match=r"share in \[0, 0.05\]"):
+        LadderSpec.from_options({"tol_share": 0.06})
+    with pytest.raises(UserError, match=r"tol_min must be in \[0, 10\]"):
+        LadderSpec.from_options({"tol_min": 11})
+    assert LadderSpec.from_options({"steps": "25"}).steps == 25 and LadderSpec.from_options(None) == LadderSpec()
+
+
+def test_a_tolerance_of_no_sample_is_accepted():
+    """``--converge-opt tol_min=0`` with ``--converge-tol 0``: the last round may break no sample at all (a stricter
+    ladder than the default; design 10 accepted it)."""
+    spec = LadderSpec.from_options({"tol_min": 0, "tol_share": 0.0})
+    assert spec.tolerance(1000) == 0 and spec.reductions() == []
 
 
 def test_converge_refuses_what_it_cannot_do(plain, digits8, tmp_path):
@@ -350,8 +662,11 @@ def test_converge_refuses_what_it_cannot_do(plain, digits8, tmp_path):
     for kw, needle in ((dict(converge_tol=0.5), r"share in \[0, 0.05\]"), (dict(converge_tol=False), "expected a share"),
                        (dict(converge_tol=float("nan")), "share in"),
                        (dict(converge_opt={"tol_min": 1000}), r"tol_min must be in \[0, 10\]"),
-                       (dict(converge_opt={"unstable_rtol": float("nan")}), "unstable_rtol must be a finite"),
-                       (dict(converge_opt={"unstable_rtol": -1}), "unstable_rtol must be a finite"),
+                       (dict(converge_opt={"near": float("nan")}), r"near must be a share of the clean margin in"),
+                       (dict(converge_opt={"near": 2}), r"near must be a share of the clean margin in \(0, 1\]"),
+                       (dict(converge_opt={"square_budget": 100}),
+                        r"square_budget \(100\) must be at least square_queries \(500\)"),
+                       (dict(converge_opt={"unstable_rtol": 0.1}), r"unknown --converge-opt key\(s\) 'unstable_rtol'"),
                        (dict(converge_tol=0.01, converge_opt={"tol_share": 0.02}), "given twice")):
         with pytest.raises(UserError, match=needle):
             rbp.evaluate(model="deit", attack="pgd", eps="4/255", limit=4, converge=True, **kw)
@@ -693,40 +1008,158 @@ def test_a_damaged_entry_file_is_one_error_and_converged_columns_come_after_the_
         study_cells(out)
 
 
-def _unit_records(units, tol_share=0.001, tol_min=1):
-    """Converge records of one condition: per unit (rungs, broke, robust flags, gradient-free flags)."""
-    import json
+def _unit_records(units, tol_share=0.001, tol_min=1, **ladder):
+    """Converge records of one condition, one dict of columns per unit over its defaults: 120 samples (``n``), all
+    still robust, clean margin 4, the gradient families at 2 and Square at 3 (nothing near at tau 1/16), nothing
+    flagged, without gradients or broken by the unit's last round; the unit's status ``converged``. A column given
+    as {sample: value} sets those samples only."""
+    params = json.dumps({"ladder": {**LadderSpec().as_dict(), "tol_share": tol_share, "tol_min": tol_min, **ladder},
+                         "design": 11})
+    defaults = {"correct_top1": True, "grad_unavailable": False, "margin_clean": 4.0, "margin_gradient": 2.0,
+                "margin_free": 3.0, "converge_grad_misleads": False, "converge_full_gradient": False,
+                "converge_full_free": False, "converge_last_broke": False, "converge_tau": 1 / 16,
+                "converge_unstable": False, "converge_batch_dependent": False}
+    frames = []
+    for u, cols in enumerate(units):
+        cols = dict(cols)
+        n = cols.pop("n", 120)
+        frame = {"unit": f"u{u}", "sample_id": [f"{u}-{i}" for i in range(n)], "params": params,
+                 "converge_status": cols.pop("status", CONVERGED), "converge_detail": f"unit {u}"}
+        for col, default in defaults.items():
+            v = cols.pop(col, default)
+            frame[col] = [v.get(i, default) for i in range(n)] if isinstance(v, dict) else v
+        assert not cols, cols
+        frames.append(pd.DataFrame(frame))
+    return pd.concat(frames, ignore_index=True)
 
-    params = json.dumps({"ladder": {**LadderSpec().as_dict(), "tol_share": tol_share, "tol_min": tol_min}})
-    rows = []
-    for u, (rungs, broke, robust, gradless) in enumerate(units):
-        for i, (r, g) in enumerate(zip(robust, gradless)):
-            rows.append({"unit": f"u{u}", "sample_id": f"{u}-{i}", "params": params, "correct_top1": r,
-                         "grad_unavailable": g, "converge_status": CONVERGED, "converge_detail": "d",
-                         "converge_rungs": ",".join(rungs), "converge_broke": ",".join(map(str, broke))})
-    return pd.DataFrame(rows)
+
+def _last_broke(*samples):
+    """A unit's columns where its last round broke ``samples`` (no longer robust)."""
+    return {"correct_top1": {i: False for i in samples}, "converge_last_broke": {i: True for i in samples}}
 
 
-def test_the_condition_level_rule_sees_what_small_units_leave_to_their_last_rung():
-    """Each unit's ladder stops on its own tolerance (1 sample); three units whose last full rungs each broke one
-    sample left 3 of the condition's 360 to it, more than its tolerance of 1: not converged. A unit with nothing
-    left robust counts 0, and robust samples without gradients beyond the condition's tolerance make it an upper
-    bound even if no unit saw more than one."""
-    from robustbench_pid.results.summaries.converge import condition_detail, condition_status, last_full_breaks
+def test_the_condition_level_rule_sees_what_small_units_leave_to_their_last_round():
+    """Each unit's ladder stops on its own tolerance (1 sample): three units whose last rounds each broke one sample
+    left 3 of the condition's 360 to it, more than its tolerance of 1: not converged. The same rule, the same function
+    (``stop_rule.verdict``), on all the condition's samples with the condition's tolerance: near samples owed a
+    budget at their own unit's tau, and samples without gradients, summed over the units."""
+    from robustbench_pid.results.summaries.converge import condition_status, condition_verdict
 
-    ok = [True] * 119 + [False]
-    rungs = ["user", "apgd-ce", "apgd-t"]
-    each_one = _unit_records([(rungs, [5, 0, 1], ok, [False] * 120)] * 3)
-    assert last_full_breaks(each_one) == 3 and condition_status(each_one) == NOT_CONVERGED
-    assert "3 of 3 work units converged; their last rounds broke 3 of 360 samples (tolerance 1" in \
-        condition_detail(each_one)
-    one = _unit_records([(rungs, [5, 0, 1], ok, [False] * 120)] + [(rungs, [5, 0, 0], ok, [False] * 120)] * 2)
-    assert condition_status(one) == CONVERGED
-    emptied = _unit_records([(rungs + ["spsa"], [5, 0, 1, 0], ok, [False] * 120)] +
-                            [(rungs, [120, 0, 3], [False] * 120, [False] * 120)] * 2)  # nothing left: counts 0
-    assert last_full_breaks(emptied) == 1 and condition_status(emptied) == CONVERGED
-    gradless = _unit_records([(rungs, [5, 0, 0], ok, [True] + [False] * 119)] * 3)
-    assert condition_status(gradless) == UPPER_BOUND
+    each_one = _unit_records([_last_broke(119)] * 3)
+    status, detail = condition_verdict(each_one)
+    assert status == NOT_CONVERGED == condition_status(each_one)
+    assert detail == ("every sample within tau = 0.0625 of its clean margin had the full budget and the last round "
+                      "still broke 3 sample(s) (tolerance 1): the number is an upper bound; 3 of 3 work units "
+                      "converged on their own")
+    one = _unit_records([_last_broke(119), {}, {}])
+    assert condition_verdict(one) == (CONVERGED, "every sample within tau = 0.0625 of its clean margin had each "
+                                                 "family's full AutoAttack budget, and the last round broke 1 "
+                                                 "sample(s) (tolerance 1); 3 of 3 work units converged on their own")
+    # a larger condition has a larger tolerance (0.1% of 3,000 samples: 3)
+    assert condition_status(_unit_records([{**_last_broke(999), "n": 1000}] * 3)) == CONVERGED
+    assert condition_status(_unit_records([{**_last_broke(998, 999), "n": 1000}] * 2 + [{"n": 1000}])) == \
+        NOT_CONVERGED
+    # near at its own unit's tau and without that kind's full budget: owed (2 > 1); with it, not
+    owed = _unit_records([{"margin_gradient": {5: 0.2}},  # 0.05 of the clean margin <= 1/16
+                          {"margin_gradient": {5: 0.4}, "converge_tau": 1 / 8},  # 0.1 <= 1/8
+                          {"margin_gradient": {5: 0.4}}])  # 0.1 > 1/16: not near in its unit
+    assert condition_verdict(owed)[0] == NOT_CONVERGED
+    assert condition_verdict(owed)[1].startswith("2 near still-robust sample(s) did not get a family's full budget "
+                                                 "(tolerance 1)")
+    served = _unit_records([{"margin_gradient": {5: 0.2}, "converge_full_gradient": {5: True}},
+                            {"margin_gradient": {5: 0.4}, "converge_tau": 1 / 8},
+                            {"margin_gradient": {5: 0.4}}])
+    assert condition_status(served) == CONVERGED
+    # Square nearer than the gradient families (2.5 < 3.0): owed Square's budget, not the gradient families'
+    square = _unit_records([{"margin_gradient": {5: 3.0}, "margin_free": {5: 2.5}}] * 2)
+    assert condition_status(square) == NOT_CONVERGED
+    square["converge_full_free"] = True
+    assert condition_status(square) == CONVERGED
+    # robust samples without gradients beyond the condition's tolerance: an upper bound, though no unit saw more
+    # than one; one on a broken sample does not count
+    gradless = _unit_records([{"grad_unavailable": {0: True}}] * 3)
+    assert condition_verdict(gradless)[0] == UPPER_BOUND and "on 3 still-robust sample(s) (tolerance 1)" in \
+        condition_verdict(gradless)[1]
+    broken = _unit_records([{"grad_unavailable": {0: True}}, {"grad_unavailable": {0: True}},
+                            {"grad_unavailable": {0: True}, "correct_top1": {0: False}}])
+    assert condition_status(broken) == UPPER_BOUND
+    broken = _unit_records([{"grad_unavailable": {0: True}}, {"grad_unavailable": {0: True},
+                                                              "correct_top1": {0: False}}])
+    assert condition_status(broken) == CONVERGED
+    # random or batch-dependent outputs in one unit: the condition is not converged
+    assert condition_status(_unit_records([{}, {"converge_unstable": True}])) == RANDOM_OUTPUTS
+    assert condition_status(_unit_records([{"converge_batch_dependent": True}, {}])) == BATCH_DEPENDENT
+
+
+def test_a_unit_its_last_round_emptied_adds_no_breaks_to_its_condition():
+    """A unit whose last round broke its last robust samples is converged on its own ("no sample is left robust":
+    its number cannot fall further), so those breaks are no evidence that the condition's number could; design 10
+    counted them as 0. Two such units and one whose last round broke 1: the condition broke 1 <= 1."""
+    from robustbench_pid.results.summaries.converge import condition_status
+
+    emptied = {"n": 120, "correct_top1": False, "converge_last_broke": {0: True, 1: True, 2: True}}
+    g = _unit_records([_last_broke(119), emptied, emptied])
+    assert condition_status(g[g["unit"] == "u1"]) == CONVERGED
+    assert condition_status(g) == CONVERGED
+
+
+def test_the_condition_sums_the_probes_flags_over_its_units_and_an_earlier_designs_records_get_their_worst_unit():
+    """One probe-flagged still-robust sample per unit is within each unit's tolerance, but three over the
+    condition's 360 samples are more than its tolerance of 1: the condition is an upper bound (gradients mislead);
+    Square coming nearer than the gradient families is not (it is owed Square's budget, and had it). Records of a
+    design before the rule was one function carry only their units' statuses: the worst of them."""
+    from robustbench_pid.results.summaries.converge import MISLED, condition_verdict
+
+    flagged = _unit_records([{"converge_grad_misleads": {7: True}}] * 3)
+    status, detail = condition_verdict(flagged)
+    assert status == MISLED and detail.startswith("the gradient probe flags 3 still-robust sample(s) (tolerance 1)")
+    assert detail.endswith("; 3 of 3 work units converged on their own")
+    one = _unit_records([{"converge_grad_misleads": {7: True}}, {"converge_grad_misleads": {7: True},
+                                                                 "correct_top1": {7: False}}, {}])
+    assert condition_verdict(one)[0] == CONVERGED  # a flag on a broken sample is no evidence about what is left
+    nearer = _unit_records([{"margin_free": 1.0, "margin_gradient": 2.0, "converge_full_free": True}] * 3)
+    assert condition_verdict(nearer)[0] == CONVERGED
+    # flags and samples without gradients together: the latter come first
+    both = _unit_records([{"converge_grad_misleads": {7: True}, "grad_unavailable": {8: True}}] * 3)
+    assert condition_verdict(both)[0] == UPPER_BOUND
+    # a reduced ladder's condition says so
+    reduced = f"{REDUCED} (steps 25 < 100)"
+    red = _unit_records([{"status": reduced}] * 3, steps=25)
+    assert condition_verdict(red)[0] == reduced
+    # an earlier design's records: no evidence columns, the worst unit status (and the units' details), never a
+    # converged condition of several units
+    from robustbench_pid.results.summaries.converge import EVIDENCE
+
+    def old(*statuses):
+        g = _unit_records([{"status": s} for s in statuses])
+        return g.drop(columns=list(EVIDENCE))
+
+    assert condition_verdict(old(CONVERGED, NOT_CONVERGED, CONVERGED)) == (NOT_CONVERGED, "unit 0; unit 1; unit 2")
+    assert condition_verdict(old(CONVERGED, MISLED, NOT_CONVERGED))[0] == MISLED
+    assert condition_verdict(old(MISLED, UPPER_BOUND, RANDOM_OUTPUTS))[0] == UPPER_BOUND
+    # converged units of an earlier design cannot make a converged condition: this design cannot judge them together
+    assert condition_verdict(old(CONVERGED, CONVERGED))[0] == NOT_CONVERGED
+    assert "re-run them" in condition_verdict(old(CONVERGED, CONVERGED))[1]
+    assert condition_verdict(old(reduced, reduced))[0] == NOT_CONVERGED
+    assert condition_verdict(old(CONVERGED))[0] == CONVERGED  # one unit: its own status
+    assert condition_verdict(old(reduced, CONVERGED))[0] == NOT_CONVERGED  # two ladders in one condition: neither
+    # evidence columns but no recorded settings (no tolerance to judge by): the worst unit status too
+    g = _unit_records([{"status": NOT_CONVERGED}, {}])
+    g["params"] = "{}"
+    assert condition_verdict(g)[0] == NOT_CONVERGED
+
+
+def test_a_reduced_ladders_condition_is_never_called_converged_whatever_its_first_unit_said():
+    """Three units of 1,000 samples (tolerance 1 each, 3 for the condition) of a reduced ladder (steps 25): the first
+    unit's last round broke 2 (not converged on its own), the others none. The condition broke 2 <= 3: converged by
+    the rule, but a reduced ladder's converged value must say so (``is_converged`` is False for it)."""
+    from robustbench_pid.results.summaries.converge import condition_verdict, is_converged
+
+    reduced = f"{REDUCED} (steps 25 < 100)"
+    g = _unit_records([{**_last_broke(998, 999), "n": 1000, "status": NOT_CONVERGED},
+                       {"n": 1000, "status": reduced}, {"n": 1000, "status": reduced}], steps=25)
+    status, _ = condition_verdict(g)
+    assert status == reduced and not is_converged(status)
 
 
 def test_rung0_draws_as_the_users_row_when_some_samples_are_not_attacked(plain, digits8, tmp_path):
@@ -823,123 +1256,6 @@ def test_a_curve_follows_the_order_its_ladder_ran_and_an_earlier_design_says_so(
     assert ladder_design("not json") == 0
 
 
-def _closing_fake(square, breaks=None):
-    """A rung runner whose Square reports per-sample search progress: ``square(round, idx) -> (best, half)`` verdict
-    margins; the gradient rungs report a near, stalled margin (0.01, no gain: nearer than Square gets, so their
-    gradients are trusted). Square's forward passes are its queries."""
-    seen = []
-
-    def run(rung: Rung, idx: torch.Tensor):
-        seen.append((rung.id, idx.tolist()))
-        still = torch.ones(len(idx), dtype=torch.bool)
-        if rung.family == "free":
-            best, half = square(rung.round, idx)
-            still = best > 0
-            fwd = torch.full((len(idx),), float(rung.params["n_queries"]))
-        else:
-            best, half = torch.full((len(idx),), 0.01), torch.full((len(idx),), 0.01)
-            fwd = torch.ones(len(idx))
-        res = RungResult(still, fwd, torch.ones(len(idx)), None, None, best, half)
-        if rung.family == "free":
-            res.done = (rung.resume[1] if rung.resume is not None else torch.zeros(len(idx))) + rung.params["n_queries"]
-            res.signs = torch.zeros((len(idx), 1, 1, 1), dtype=torch.int8)
-        return res
-    return run, seen
-
-
-def test_a_search_still_closing_in_gets_more_budget_until_it_breaks_and_only_where_it_closes_in():
-    """The issue's adversarially trained CNN: Square's best margin on two samples fell from 0.62 / 0.90 after 500
-    queries to 0.04 / 0.14 after 1,000, where design 4 stopped; the others sat far away and barely moved. Design 5
-    reads the progress: the two get Square again (continuation rounds, nothing else runs) until they break."""
-    n = 200
-
-    def square(r, idx):
-        best = torch.full((len(idx),), 3.0)
-        half = best + 0.05  # far, and the last half gained 0.05 < 3.0 / 4: stalled
-        for j, i in enumerate(idx.tolist()):
-            if i in (0, 1):
-                best[j], half[j] = {1: (0.62 + 0.28 * i, 1.0 + 0.3 * i), 2: (0.04 + 0.1 * i, 0.3 + 0.1 * i),
-                                    3: (-0.2, 0.1)}[r]
-        return best, half
-
-    run, seen = _closing_fake(square)
-    lad = climb(_ladder(n), LadderSpec(), EPS, run, unstable=False, no_grad=torch.zeros(n, dtype=torch.bool))
-    later = [(rid, ids) for rid, ids in seen if "@" in rid]
-    assert later == [("square@2", [0, 1]), ("square@3", [0, 1])]  # only Square, only where it closed in
-    assert [h["settings"].split(" (")[0] for h in lad.history if h["family"] == "free"] == \
-        ["Square-500", "Square +500", "Square +1000"]  # design 7: each run continues the last, 1,000 then 2,000 in all
-    assert not lad.robust[0] and not lad.robust[1] and int(lad.robust.sum()) == n - 2
-    assert lad.status == CONVERGED and "further round(s)" in lad.detail
-    assert [h.get("kind") for h in lad.history][-1] == "continue"
-
-
-def test_a_family_still_closing_in_when_its_cap_is_spent_is_not_converged():
-    """Never breaking, always gaining a third of what is left: at Square's cap (AutoAttack's 5,000 queries per sample)
-    the search was still closing in on 3 samples: not converged, naming the family."""
-    n = 100
-
-    def square(r, idx):
-        best = torch.full((len(idx),), 3.0)
-        half = best.clone()
-        for j, i in enumerate(idx.tolist()):
-            if i < 3:
-                best[j] = 0.5 ** r
-                half[j] = best[j] * 1.5
-        return best, half
-
-    run, seen = _closing_fake(square)
-    lad = climb(_ladder(n), LadderSpec(), EPS, run, unstable=False, no_grad=torch.zeros(n, dtype=torch.bool))
-    queries = [h["settings"].split(" (")[0] for h in lad.history if h["family"] == "free"]
-    # design 7: each run continues the last: 500, 1,000, 2,000, 4,000 in all, then 5,000 (the cap)
-    assert queries == ["Square-500", "Square +500", "Square +1000", "Square +2000", "Square +1000"]
-    assert lad.status == NOT_CONVERGED and "still closing in on 3" in lad.detail and "free" in lad.detail
-    assert int(lad.robust.sum()) == n
-
-
-def test_gradients_that_a_random_search_beats_or_a_gradient_step_probe_flags_make_an_upper_bound():
-    """Gradient trust: the random search coming nearer than every gradient rung on more than the tolerance of the
-    samples left robust, or the probe's flag (a gradient step no better than a random one), makes the number an
-    upper bound whatever the rounds broke; one such sample (the tolerance) does not."""
-    from robustbench_pid.results.summaries.converge import MISLED
-
-    n = 100
-    for nearer, flagged, want in ((2, 0, MISLED), (0, 2, MISLED), (1, 0, CONVERGED), (0, 1, CONVERGED)):
-        def square(r, idx, k=nearer):
-            best = torch.full((len(idx),), 6.0)
-            best[idx < k] = 0.005  # nearer than the gradient rungs' 0.01
-            return best, best.clone()
-
-        lad = _ladder(n)
-        lad.misleading[50:50 + flagged] = True
-        run, _ = _closing_fake(square)
-        climb(lad, LadderSpec(), EPS, run, unstable=False, no_grad=torch.zeros(n, dtype=torch.bool))
-        assert lad.status == want, (nearer, flagged, lad.status)
-        assert int(lad.untrusted().sum()) == nearer + flagged
-
-
-def test_the_condition_sums_untrusted_gradients_and_searches_still_closing_in_over_its_units():
-    """Design 5 at condition level: one untrusted (or still closing-in) robust sample per unit is within each unit's
-    tolerance, but three over the condition's 360 samples are more than its tolerance of 1: the condition is an
-    upper bound (gradients mislead), or not converged; the detail says why. A continuation round's breaks after the
-    last full round are not the stop rule's (they are judged by exhaustion)."""
-    from robustbench_pid.results.summaries.converge import (MISLED, condition_detail, condition_status,
-                                                            last_full_breaks)
-
-    ok = [True] * 119 + [False]
-    rungs = ["user", "apgd-t", "apgd-ce", "fab-t", "square"]
-    for col, want in (("converge_untrusted", MISLED), ("converge_closing", NOT_CONVERGED)):
-        g = _unit_records([(rungs, [5, 0, 0, 0, 0], ok, [False] * 120)] * 3)
-        g[col] = [i % 120 == 0 for i in range(len(g))]
-        assert condition_status(g) == want and "3 still-robust samples with" in condition_detail(g)
-        g[col] = [i == 0 for i in range(len(g))]
-        assert condition_status(g) == CONVERGED
-    cont = _unit_records([(rungs + ["square@2"], [5, 0, 0, 0, 0, 2], ok, [False] * 120)] * 3)
-    cont["converge_rounds"] = "0,1,1,1,1,2"
-    assert last_full_breaks(cont) == 6  # without the round kinds: round 2 is the last
-    cont["converge_full_round"] = 1
-    assert last_full_breaks(cont) == 0 and condition_status(cont) == CONVERGED
-
-
 def test_the_bar_prices_the_ladder_so_it_never_sits_at_its_end_while_the_ladder_runs(plain, digits8, tmp_path,
                                                                                        monkeypatch):
     """Issue 56 item 6: design 4's bar reached 100% once rung 0 was done (the whole unit's planned work was charged
@@ -969,71 +1285,38 @@ def test_the_bar_prices_the_ladder_so_it_never_sits_at_its_end_while_the_ladder_
     assert all(n <= total + 1e-6 for _, n, total in seen)
 
 
-def test_continuation_rounds_take_the_next_ranked_targets_from_rank_1_again_and_the_settings_are_checked():
-    from robustbench_pid.benchmarks.ladder import planned_round
+def _rungs_noted_at_the_bars_end(model, digits8, tmp_path, monkeypatch, opt):
+    """The ladder's rung notes made while the bar stood at its total (work it had not made room for), and the notes."""
+    import tqdm.auto
 
-    spec = LadderSpec()
-    firsts = [(r.params["first"], r.params["targets"]) for k in range(2, 8)
-              for r in planned_round(spec, EPS, k, False, False, 500) if r.family == "targeted"]
-    assert firsts == [(1, 3), (4, 3), (7, 3), (1, 3), (4, 3), (7, 3)]  # the pool of 9, then from rank 1 again
-    odd = LadderSpec.from_options({"pool": 8, "targets": 3})
-    assert [(r.params["first"], r.params["targets"]) for k in (2, 3, 4)
-            for r in planned_round(odd, EPS, k, False, False, 500) if r.family == "targeted"] == [(1, 3), (4, 3),
-                                                                                              (7, 2)]
-    with pytest.raises(UserError, match="rounds \\+ continue_rounds must be at most 9"):
-        LadderSpec.from_options({"continue_rounds": 7})
-    with pytest.raises(UserError, match="lookahead must be a finite number >= 0"):
-        LadderSpec.from_options({"lookahead": -1})
-    # a smaller cap or lookahead is a weaker ladder: its converged says so
-    assert LadderSpec.from_options({"cap_free": 1000, "lookahead": 2}).reductions() == ["lookahead 2 < 4",
-                                                                                       "cap_free 1000 < 5000"]
+    notes = []
 
+    class Watched(tqdm.auto.tqdm):  # type: ignore[misc,valid-type]
+        def set_postfix_str(self, s="", refresh=True):
+            notes.append((float(self.n), float(self.total or 0), str(s)))
+            return super().set_postfix_str(s, refresh=refresh)
 
-def test_a_restart_that_only_walks_back_to_where_the_family_had_been_is_no_progress():
-    """Every Square run gains within itself (a fresh start: twice its final margin at mid-run) but never gets below
-    what its first run reached: after one more run it has stalled, and the ladder ends converged there."""
-    n = 50
-
-    def square(r, idx):
-        best = torch.full((len(idx),), 3.0)
-        best[idx < 5] = 1.0
-        return best, best * 2
-
-    run, seen = _closing_fake(square)
-    lad = climb(_ladder(n), LadderSpec(), EPS, run, unstable=False, no_grad=torch.zeros(n, dtype=torch.bool))
-    # the first run had nothing before it: its own gain counts, so every sample gets one more run, and only one
-    assert [rid for rid, _ in seen if "@" in rid] == ["square@2"] and dict(seen)["square@2"] == list(range(n))
-    assert lad.status == CONVERGED and not bool(lad.closing["free"].any())
+    monkeypatch.setattr(tqdm.auto, "tqdm", Watched)
+    x, y = digits8
+    rbp.evaluate(model=model, data=(x[:32], y[:32]), attack="pgd", eps=EPS, steps=10, converge=True, converge_opt=opt,
+                 out=tmp_path / "bar", name="bar", mean=[0.0], std=[1.0], progress=True)
+    ladder = [(n, total, s) for n, total, s in notes if " round " in s]
+    return [s for n, total, s in ladder if total and n >= total - 1e-6], ladder
 
 
-def test_the_deep_apgd_t_runs_follow_the_class_order_the_sweep_measured():
-    """deit 5/255 (design 5): the 12-iteration sweep brought sample 788 to a margin of 0.10 on a class its linearised
-    ranking put 4th; the deep run attacked ranks 1-3 and stalled at 1.55, and AutoAttack broke it on that class.
-    The deep runs now attack the classes in the order of what the sweep reached on each."""
-    n, k = 12, 9
-    classes = torch.arange(1, k + 1).repeat(n, 1)  # the sweep attacked classes 1..9 in this order
-    reach = torch.full((n, k), -2.0)
-    reach[:, 5] = -0.01  # ... and came nearest on class 6, ranked 6th
-    reach[:, 7] = -0.5  # then class 8
-    seen = {}
+def test_the_bar_makes_room_for_each_rung_before_it_runs(plain, digits8, tmp_path, monkeypatch):
+    at_end, notes = _rungs_noted_at_the_bars_end(copy.deepcopy(plain), digits8, tmp_path, monkeypatch, FAST)
+    assert {s.split(" round ")[1].split(":")[0] for _, _, s in notes} >= {"1 apgd-t", "1 apgd-ce", "1 square"}
+    assert at_end == []
 
-    def run(rung: Rung, idx: torch.Tensor):
-        seen[rung.id] = rung.order
-        still = torch.ones(len(idx), dtype=torch.bool)
-        if rung.id == "apgd-t":
-            still[:2] = False  # round 1 breaks 2 > tolerance 1: round 2 runs
-            return RungResult(still, torch.ones(len(idx)), torch.ones(len(idx)), target_order=classes[idx],
-                              target_reach=reach[idx])
-        return RungResult(still, torch.ones(len(idx)), torch.ones(len(idx)))
 
-    spec = LadderSpec.from_options({"near_min": 1})
-    lad = climb(_ladder(n), spec, EPS, run, unstable=False, no_grad=torch.zeros(n, dtype=torch.bool))
-    assert seen["apgd-t"] is None  # round 1 ranks the classes itself
-    order = seen["apgd-t@2"]
-    assert order is not None and order.shape[1] == k
-    assert order[:, :2].tolist() == [[6, 8]] * len(order)  # nearest as measured first, the rest in the sweep's order
-    assert order[0, 2:].tolist() == [1, 2, 3, 4, 5, 7, 9]
-    assert "ranked by round 1's sweep" in [h for h in lad.history if h["id"] == "apgd-t@2"][0]["settings"]
+def test_the_bar_makes_room_for_a_randomised_models_eot_rungs(plain, digits8, tmp_path, monkeypatch):
+    """``Converge.passes``: EOT and SPSA "run only where called for: the bar makes room for each round as it is
+    decided". A randomised model's EOT rungs (round 1; AutoAttack's 20 draws x 100 steps, twice) must not run behind
+    a bar already at its end."""
+    at_end, notes = _rungs_noted_at_the_bars_end(Dropout(copy.deepcopy(plain)), digits8, tmp_path, monkeypatch, {})
+    assert any("eot-ce" in s for _, _, s in notes)
+    assert at_end == [], at_end[:3]
 
 
 def test_the_apgd_t_rung_attacks_the_classes_in_a_given_order_and_reports_what_it_reached(deit_model):
@@ -1053,137 +1336,6 @@ def test_the_apgd_t_rung_attacks_the_classes_in_a_given_order_and_reports_what_i
     atk.order = order[:3]
     with pytest.raises(ValueError, match="order must be"):
         atk(deit_model, x, y, generator=torch.Generator().manual_seed(0))
-
-
-def test_later_rounds_rank_samples_by_the_verdict_margin_any_family_left_as_a_share_of_the_clean_margin():
-    """cnn_at 48/255 (design 5): APGD-CE brought sample 1415 to a margin of 0.005 (clean 3.4), but the near set was
-    ranked by APGD-T's DLR loss alone, so the deep APGD-T runs never had it, and AutoAttack broke it."""
-    n = 10
-    lad = _ladder(n)
-    lad.clean_margin = torch.full((n,), 4.0)
-    lad.clean_margin[7] = 3.4
-    lad.margin["gradient"] = torch.linspace(3.0, 1.0, n)
-    lad.margin["gradient"][7] = 0.005
-    lad.nearness["gradient"] = torch.linspace(-0.9, -0.1, n)  # APGD-T's own ranking: sample 9 nearest, 7 not
-    lad.nearness["gradient"][7] = -0.95
-    near = lad.near(0.1, 1, "gradient")
-    assert near.nonzero().squeeze(1).tolist() == [7]
-    # without verdict margins (an attack that reports none), the DLR nearness as before
-    lad.margin["gradient"] = torch.full((n,), float("inf"))
-    assert lad.near(0.1, 1, "gradient").nonzero().squeeze(1).tolist() == [9]
-
-
-def test_a_deep_apgd_t_run_still_closing_in_gets_a_fresh_start_on_its_nearest_class_and_the_classes_not_yet_run_deep():
-    """cnn_at 48/255: a deep run brought two samples to margins of 0.005 and 0.009 on their nearest class and the
-    next round attacked ranks 4-6 instead; AutoAttack broke both on the nearest. cnn_at 64/255 (design 6): sample
-    1482's deep runs went back to its nearest classes and never to class 2, which the 12-iteration sweep ranked 4th
-    and a 100-iteration run crosses. The family still closing in continues on the class it came nearest on and the
-    classes no deep run has had (design 7); the others go on to the next ranks."""
-    n, k = 12, 9
-    classes = torch.arange(1, k + 1).repeat(n, 1)
-    sweep = torch.full((n, k), -2.0)
-    sweep[:, 5], sweep[:, 7] = -0.01, -0.5  # measured order: 6, 8, 1, 2, 3, 4, 5, 7, 9
-    seen = {}
-    inf = torch.tensor(float("inf"))
-
-    def run(rung: Rung, idx: torch.Tensor):
-        seen[rung.id] = (idx.tolist(), rung.order)
-        m = len(idx)
-        still = torch.ones(m, dtype=torch.bool)
-        if rung.id in ("apgd-t", "apgd-t@2"):
-            still[-2:] = False  # each breaks 2 > tolerance 1: rounds 2 and 3 run
-        if rung.id == "apgd-t":
-            return RungResult(still, torch.ones(m), torch.ones(m), margin_best=torch.ones(m), margin_half=torch.ones(m),
-                              target_order=classes[idx], target_reach=sweep[idx])
-        if rung.id == "apgd-t@2":
-            best, half = torch.full((m,), 0.9), torch.full((m,), 0.9)
-            best[0], half[0] = 0.05, 0.5  # the first sample: 0.45 gained in the last half, 0.05 left: closing in
-            reach = torch.full((m, k), float("-inf"))
-            reach[:, :3] = -0.3
-            reach[0, 1] = -0.001  # ... on class 8, its order's 2nd
-            return RungResult(still, torch.ones(m), torch.ones(m), margin_best=best, margin_half=half,
-                              target_order=rung.order, target_reach=reach)
-        return RungResult(still, torch.ones(m), torch.ones(m), margin_best=inf.repeat(m), margin_half=inf.repeat(m))
-
-    spec = LadderSpec.from_options({"near_min": 1, "near_share": 1.0})
-    climb(_ladder(n), spec, EPS, run, unstable=False, no_grad=torch.zeros(n, dtype=torch.bool))
-    ids3, order3 = seen["apgd-t@3"]
-    first = seen["apgd-t@2"][0][0]
-    row = dict(zip(ids3, order3.tolist()))
-    # round 3 attacks ranks 4-6: for the closing sample, its nearest class (8), then 2 and 3, the first classes of the
-    # sweep's order (6, 8, 1, 2, 3, ...) that round 2's deep run (6, 8, 1) did not have
-    assert row[first][3:6] == [8, 2, 3]
-    others = [i for i in ids3 if i != first]
-    assert others and all(row[i][3:6] == [2, 3, 4] for i in others)  # the rest: the next measured ranks
-    assert sorted(row[first]) == list(range(1, k + 1))  # every class once
-
-
-def test_a_gradient_search_stalled_at_the_boundarys_edge_gets_more_starts_and_only_the_edge_past_the_cap():
-    n = 5
-    lad = _ladder(n)
-    lad.clean_margin = torch.full((n,), 4.0)
-    # 0.1% and 0.75% of the clean margin (on the edge), 9.75% (a near miss), 10.25%, 50%
-    lad.margin["gradient"] = torch.tensor([0.004, 0.03, 0.39, 0.41, 2.0])
-    spec = LadderSpec()
-    assert lad.near_miss(spec).tolist() == [True, True, True, False, False]
-    assert lad.edge_starts(spec).tolist() == [7, 7, 0, 0, 0]  # near_tries + edge_tries
-    assert lad.closing_in(spec)["targeted"].tolist() == [True, True, True, False, False]
-    assert not lad.closing_in(spec)["ce"].any()  # the targeted family goes on; the others by their own progress
-    lad.spent["targeted"][1:3] = spec.cap_targeted  # AutoAttack's APGD-T budget spent: a near miss's stall counts ...
-    assert lad.closing_in(spec)["targeted"].tolist() == [True, True, False, False, False]  # ... not an edge's
-    assert not lad.closing_in(spec, under_cap=False)["targeted"].any()
-    lad.spent["targeted"][2] = 0
-    lad.near_tries[2] = spec.near_tries  # design 7: its extra start spent, a near miss that stalled again is evidence
-    lad.near_tries[1] = spec.near_tries + spec.edge_tries  # design 10: an edge's starts spent, likewise
-    assert lad.closing_in(spec)["targeted"].tolist() == [True, False, False, False, False]
-    assert lad.near_miss(spec)[1] and lad.near_miss(spec)[2] and lad.edge_starts(spec)[1] == 0
-    assert "edge_tries 0 < 6" in LadderSpec.from_options({"edge_tries": 0}).reductions()
-    with pytest.raises(UserError, match="edge"):
-        LadderSpec.from_options({"edge": -1})
-    assert "near_tries 0 < 1" in LadderSpec.from_options({"near_tries": 0}).reductions()
-    assert LadderSpec.from_options({"near_miss": 0}).near_miss == 0.0
-    assert "near_miss 0.01 < 0.1" in LadderSpec.from_options({"near_miss": 0.01}).reductions()
-    with pytest.raises(UserError, match="near_miss"):
-        LadderSpec.from_options({"near_miss": -1})
-
-
-@pytest.mark.parametrize("left", [0.2, 0.01])
-def test_a_near_miss_gets_one_fresh_start_on_the_class_it_came_nearest_on_and_then_the_ladder_stops(left):
-    """Design 7: a sample a gradient search left at 5% of its clean margin, stalled (no gain): a continuation round
-    runs APGD-T on that sample alone, on the one class round 1's sweep came nearest on (the other positions -1,
-    skipped), once; stalled again, the ladder ends converged (design 6 went on to the 900-pass cap, three classes a
-    round: a large share of cnn_at 64/255's forward passes). Design 10: at 0.25%, on the boundary's edge, it gets
-    near_tries + edge_tries (7) starts on that class, three a round."""
-    n, k = 12, 9
-    classes = torch.arange(1, k + 1).repeat(n, 1)
-    sweep = torch.full((n, k), -2.0)
-    sweep[:, 6] = -0.01  # the sweep came nearest on class 7
-    seen = []
-
-    def run(rung: Rung, idx: torch.Tensor):
-        seen.append((rung.id, idx.tolist(), None if rung.order is None else rung.order.tolist()))
-        m = len(idx)
-        best = torch.where(idx == 0, torch.tensor(left), torch.tensor(2.0))
-        res = RungResult(torch.ones(m, dtype=torch.bool), torch.ones(m), torch.ones(m), margin_best=best,
-                         margin_half=best.clone())
-        if rung.id == "apgd-t":
-            res.target_order, res.target_reach = classes[idx], sweep[idx]
-        return res
-
-    lad = _ladder(n)
-    lad.clean_margin = torch.full((n,), 4.0)
-    lad = climb(lad, LadderSpec(), EPS, run, unstable=False, no_grad=torch.zeros(n, dtype=torch.bool))
-    later = [s for s in seen if "@" in s[0]]
-    if left == 0.2:
-        assert [(rid, ids) for rid, ids, _ in later] == [("apgd-t@2", [0])]
-        assert later[0][2][0][:3] == [7, -1, -1]
-        assert int(lad.near_tries[0]) == 1 and lad.status == CONVERGED and "further round(s)" in lad.detail
-        return
-    assert [(rid, ids) for rid, ids, _ in later] == [("apgd-t@2", [0]), ("apgd-t@3", [0]), ("apgd-t@4", [0])]
-    lo = [3 * (int(rid.split("@")[1]) - 2) for rid, _, _ in later]  # each round's first ranked position
-    assert [order[0][a:a + 3] for (_, _, order), a in zip(later, lo)] == [[7, 7, 7], [7, 7, 7], [7, -1, -1]]
-    assert int(lad.near_tries[0]) == 7 and lad.status == CONVERGED
-    assert lad.spent["targeted"][0] > 0 and not lad.edge_left(LadderSpec()).any()
 
 
 def test_apgd_ranked_skips_the_positions_an_order_marks_minus_one(deit_model):

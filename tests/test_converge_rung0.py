@@ -15,7 +15,7 @@ from robustbench_pid.attacks import make_attack
 from robustbench_pid.benchmarks.ladder.rung0 import RowWalk, rung0_verdicts
 
 EPS = 0.1
-FAST = {"steps": 25, "sweep_steps": 6, "fab_steps": 10, "square_queries": 100, "eot_steps": 10, "eot_iter": 4,
+FAST = {"steps": 25, "sweep_steps": 6, "square_queries": 100, "square_budget": 200, "eot_iter": 4,
         "spsa_iterations": 5, "spsa_samples": 16}
 
 

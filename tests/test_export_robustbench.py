@@ -17,7 +17,7 @@ from robustbench_pid.attacks.base import still_correct
 from robustbench_pid.core import robustbench as rb
 from robustbench_pid.errors import UserError
 
-FAST = {"steps": 25, "sweep_steps": 6, "fab_steps": 10, "square_queries": 100, "eot_steps": 10, "eot_iter": 4, "spsa_iterations": 5,
+FAST = {"steps": 25, "sweep_steps": 6, "square_queries": 100, "square_budget": 200, "eot_iter": 4, "spsa_iterations": 5,
         "spsa_samples": 16}
 TYPES = {"str": lambda v: isinstance(v, str), "bool": lambda v: isinstance(v, bool),
          "int": lambda v: isinstance(v, int) and not isinstance(v, bool), "null": lambda v: v is None,

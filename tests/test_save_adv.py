@@ -19,7 +19,7 @@ from robustbench_pid.errors import UserError
 from robustbench_pid.results.files.adversarial import SIDECAR
 from robustbench_pid.specs import Unit
 
-FAST = {"steps": 25, "sweep_steps": 6, "fab_steps": 10, "square_queries": 100, "eot_steps": 10, "eot_iter": 4, "spsa_iterations": 5,
+FAST = {"steps": 25, "sweep_steps": 6, "square_queries": 100, "square_budget": 200, "eot_iter": 4, "spsa_iterations": 5,
         "spsa_samples": 16}
 
 

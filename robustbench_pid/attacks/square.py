@@ -16,8 +16,8 @@ schedule rescaling. Only top-1 is attacked (the reported top-5 under Square is a
 per sample the sign pattern of its best point (L-inf Square's points are always ``clip(x + eps * s)`` with
 ``s`` in {-1, 0, +1} per pixel, so the pattern restores the point exactly) and the queries it had done; the run
 starts at that point with the square-size schedule where it left off. Split into pieces like this, Square is
-AutoAttack's one long run paused between pieces (a convergence ladder checks between them whether it is still
-closing in), not a sum of fresh restarts that each repeat the large early squares. ``stats["signs"]`` and
+AutoAttack's one long run paused between pieces (a convergence ladder decides between them where to go on),
+not a sum of fresh restarts that each repeat the large early squares. ``stats["signs"]`` and
 ``stats["done"]`` give the state to resume from.
 """
 from __future__ import annotations

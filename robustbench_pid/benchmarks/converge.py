@@ -31,9 +31,9 @@ from ..runtime.health import check_finite
 from ..runtime.progress import work_of
 from ..specs import Unit, chunks
 from . import Benchmark, Column, benchmarks
-from .ladder import DESIGN, FAMILIES, PROBE, Ladder, LadderSpec, RungResult, climb, planned_round, run_rung
+from .ladder import DESIGN, PROBE, Ladder, LadderSpec, RungResult, climb, planned_round, run_rung
 from .ladder.rung0 import RowWalk, rung0_verdicts
-from .ladder.probes import (NOISE_COSINE, batch_dependent, batch_probe_rows, gradient_draws, gradients_mislead,
+from .ladder.probes import (BATCH_RTOL, NOISE_COSINE, UNSTABLE_RTOL, batch_dependent, batch_probe_rows, gradient_draws, gradients_mislead,
                             input_gradients, passes_differ, unavailable)
 from .adv_images import keep_adversarial
 from .walk import standard_walk
@@ -111,21 +111,18 @@ class Converge(Benchmark):
         return gather(parts)
 
     def passes(self, ctx: Any, unit: Unit) -> Tuple[float, float]:
-        """Rung 0, the probes and round 1 (ranked APGD-T, APGD-CE, FAB-T, Square) on every sample, and the later
-        rounds on their share of nearest samples: what a ladder costs on a model no rung breaks a sample of (the
-        evidence-driven rungs, EOT and SPSA, are not counted: they run only where called for, so a ladder that needs
-        them costs more than this)."""
+        """Rung 0, the probes and round 1 (ranked APGD-T, APGD-CE, FAB-T, Square) on every sample: what a ladder costs
+        on a model no rung breaks a sample of and on which no sample is near (the full budgets, and EOT and SPSA, run
+        only where called for: the bar makes room for each round as it is decided)."""
         p = json.loads(unit.params)
         s = LadderSpec.from_options(p["ladder"])
         norm = p.get("norm", "linf")
         # the probes (an upper bound per sample): the repeated pass, the batch-context passes, the shared input
         # gradients, the misleading probe's two steps (its own gradient outside fp32), the second gradient draw
         fwd, fb = 7.0, 4.0
-        for r in range(1, s.rounds + 1):
-            share = 1.0 if r == 1 else s.near_share
-            for rung in planned_round(s, float(unit.eps), r, unstable=False, no_grad=False, norm=norm):
-                f, b = make_attack(rung.attack, **rung.params).passes()
-                fwd, fb = fwd + share * (f + 1), fb + share * b  # + the verdict pass
+        for rung in planned_round(s, float(unit.eps), 1, unstable=False, no_grad=False, norm=norm):
+            f, b = make_attack(rung.attack, **rung.params).passes()
+            fwd, fb = fwd + f + 1, fb + b  # + the verdict pass
         # rung 0 reads the user's row and passes at most each sample's first top-1 break (ladder/rung0.py); a unit
         # whose row ran elsewhere walks it again and makes room on the bar for that as it goes
         return fwd + len(p["rung0"]), fb
@@ -184,8 +181,8 @@ class Converge(Benchmark):
             again = model(x[first]).float()
         sel = c1[first].to(again.device)
         sel = sel if bool(sel.any()) else torch.ones_like(sel)  # no clean-correct sample there: compare them all
-        unstable = passes_differ(again[sel], clean[first].to(again.device)[sel].float(), spec.unstable_rtol)
-        dependent = batch_dependent(model, x[first], clean[first], spec.batch_rtol, again=again)
+        unstable = passes_differ(again[sel], clean[first].to(again.device)[sel].float(), UNSTABLE_RTOL)
+        dependent = batch_dependent(model, x[first], clean[first], BATCH_RTOL, again=again)
         alone, company = batch_probe_rows(first.stop)
         for k in (first.stop, alone, company):
             ladder.charge(PROBE, torch.arange(k), torch.ones(k), torch.zeros(k))
@@ -213,22 +210,24 @@ class Converge(Benchmark):
                 continue
             h = has.to(xi.device)
             with attack_precision(ctx.device, ctx.spec.precision):
-                differ, cos = gradient_draws(attacked, xi[h], yi[h], spec.unstable_rtol,
+                differ, cos = gradient_draws(attacked, xi[h], yi[h], UNSTABLE_RTOL,
                                              first=None if g_ce is None else g_ce[h])
             random_grads |= differ
             ladder.misleading[idx[has]] |= (cos < NOISE_COSINE).cpu()
             drawn = torch.full((int(has.sum()),), 1.0 if g_ce is not None else 2.0)
             ladder.charge(PROBE, idx[has], drawn, drawn)
-        ctx.spend(work_of(float(ladder.forward[PROBE].sum()), float(ladder.backward[PROBE].sum())))
+        probe_f, probe_b = float(ladder.forward[PROBE].sum()), float(ladder.backward[PROBE].sum())
+        ctx.spend(work_of(max(0.0, probe_f - probe_b), probe_b))
         where = f"converge eps={eps_text(unit.eps, norm)} [{unit.start}:{unit.stop}]"
 
-        def on_round(r: int, kind: str, scopes: Dict[str, torch.Tensor], queries: int) -> None:
-            """The round's planned passes, made room for on the bar (a round is decided as the ladder runs)."""
+        def on_round(r: int, scopes: Dict[str, torch.Tensor]) -> None:
+            """The round's planned passes, made room for on the bar (``passes`` prices round 1's families only; the
+            EOT and SPSA rungs and the later rounds are decided as the ladder runs)."""
             cost = 0.0
-            for rung in planned_round(spec, float(unit.eps), r, unstable or random_grads, False, queries, norm):
+            for rung in planned_round(spec, float(unit.eps), r, unstable or random_grads, bool(no_grad.any()), norm):
+                scope = scopes["no-gradient"] if rung.scope == "no-gradient" else scopes[rung.kind]
                 f, b = make_attack(rung.attack, **rung.params).passes()
-                k = int((ladder.robust & scopes[rung.family or "gradient"]).sum())
-                cost += k * work_of(f + 1, b)
+                cost += int((ladder.robust & scope).sum()) * work_of(f + 1, b)
             ctx.reserve(cost)
 
         def run(rung: Any, idx: torch.Tensor) -> RungResult:
@@ -237,7 +236,7 @@ class Converge(Benchmark):
             t0 = time.time()
 
             def report(done: int, total: int, broken: int, fwd: float = 0.0, bwd: float = 0.0) -> None:
-                ctx.spend(work_of(fwd, bwd))
+                ctx.spend(work_of(max(0.0, fwd - bwd), bwd))  # a pass with a backward is priced as one pair
                 rate = (time.time() - t0) / max(1, done)
                 ctx.note(f"{where} round {rung.round} {rung.id}: {done}/{total} attacked, {broken} broken "
                          f"({left - broken} of {len(y)} robust), rung ETA {_clock(rate * (total - done))}")
@@ -328,26 +327,18 @@ class Converge(Benchmark):
                     "converge_rounds": ",".join(str(r.get("round", 1)) for r in h),
                     "converge_history": json.dumps(h, sort_keys=True),
                     "converge_unstable": bool(unstable), "converge_batch_dependent": bool(dependent),
-                    "converge_tolerance": spec.tolerance(n), **META, "norm": norm})
+                    "converge_tolerance": spec.tolerance(n), "converge_reduced": ", ".join(spec.reductions()),
+                    **META, "norm": norm})
         return rec
 
 
 def evidence_columns(ladder: Ladder, spec: LadderSpec, unstable: bool, random_grads: bool) -> Dict[str, Column]:
-    """The stop rule's per-sample evidence for the records: the lowest verdict margin the gradient rungs and the
-    random search reached (and the clean one), whether the gradients were untrusted there, whether some family was
-    still closing in when the ladder stopped (a near miss with budget left counts), whether a gradient search stalled
-    at the boundary's edge (``converge_near_miss``, design 6), and which family last gained and by how much."""
-    closing = torch.zeros_like(ladder.robust)
-    for fam, m in ladder.closing_in(spec).items():
-        closing |= m
-    for fam, m in ladder.closing_in(spec, under_cap=False).items():
-        closing |= m
-    untrusted = ladder.untrusted() if not unstable else torch.zeros_like(ladder.robust)
-    full = [int(h.get("round", 1)) for h in ladder.history if h.get("kind") == "full"]
+    """The stop rule's evidence per sample, kept in the records so a condition is judged from them as each unit was
+    (``results/summaries/converge.py``): the lowest margins the gradient families and the random search reached
+    (and the clean one), the probe's flag, which kinds' full budget the sample had, whether the unit's last round
+    broke it, and the unit's last tau."""
     return {"margin_clean": ladder.clean_margin.numpy(), "margin_gradient": ladder.margin["gradient"].numpy(),
-            "margin_free": ladder.margin["free"].numpy(), "converge_untrusted": untrusted,
-            "converge_closing": closing, "converge_near_miss": ladder.near_miss(spec),
-            "converge_grad_misleads": ladder.misleading.clone(), "converge_gain_family": list(ladder.last_gain_family),
-            "converge_gain": ladder.last_gain.numpy(),
-            **{f"spent@{fam}": ladder.spent[fam].numpy() for fam in FAMILIES},
-            "converge_random_gradients": bool(random_grads), "converge_full_round": max(full) if full else 0}
+            "margin_free": ladder.margin["free"].numpy(), "converge_grad_misleads": ladder.misleading.clone(),
+            "converge_full_gradient": ladder.full["gradient"].clone(), "converge_full_free": ladder.full["free"].clone(),
+            "converge_last_broke": ladder.last_broke.clone(), "converge_tau": float(ladder.tau),
+            "converge_random_gradients": bool(random_grads)}

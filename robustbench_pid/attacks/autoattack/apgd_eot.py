@@ -49,8 +49,10 @@ class APGDEOT(Attack):
             raise UserError(f"{loc}attack 'apgd_eot': eot_iter must be >= 1, got {self.eot_iter}")
 
     def passes(self) -> Tuple[float, float]:
-        """eot_iter gradient passes per iteration and restart."""
-        return 0.0, float(self.steps * self.eot_iter * max(1, self.restarts))
+        """eot_iter gradient passes per iteration and restart, and for the starting point (the library averages
+        eot_iter gradients there too), plus the clean check's forward pass (measured: steps 10, eot_iter 4 made 44
+        gradient passes and 1 forward-only pass per sample)."""
+        return 1.0, float((self.steps + 1) * self.eot_iter * max(1, self.restarts))
 
     def perturb(self, model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, bounds: Bounds,
                 generator: torch.Generator) -> torch.Tensor:

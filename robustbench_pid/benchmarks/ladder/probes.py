@@ -61,6 +61,9 @@ def _bad(g: Optional[torch.Tensor], n: int, device: torch.device) -> torch.Tenso
     return ~(g.abs().amax(1) > 0) | ~torch.isfinite(g).all(1)
 
 
+# repeated clean logits (or input gradients) differing by more than this share of their scale: random (fp32 and
+# bf16 repeat to far less); a sample's logits alone vs in its batch differing by more (beyond the noise): batch-dependent
+UNSTABLE_RTOL, BATCH_RTOL = 1e-3, 1e-2
 PROBE_STEP = 2.0 ** -14  # L-inf pixels (about 6e-5): small enough that the model is linear at its scale
 
 

@@ -1,9 +1,8 @@
 """A rung: one attack family's run in one round, and how to run it on the samples it is given.
 
-``planned_round`` says which rungs a round runs (the package docstring says why each); ``run_rung`` runs one on
-(x, y) in batches and returns a :class:`RungResult`: the verdicts, the passes and, where the attack reports them,
-how near each sample's search came to the boundary and how much of that its last half still gained (the
-exhaustion evidence of the stop rule, ``stop.py``)."""
+``families.planned_round`` says which rungs a round runs; ``run_rung`` runs one on (x, y) in batches and returns a
+:class:`RungResult`: the verdicts, the passes and, where the attack reports them, the lowest verdict margin each
+sample's search reached inside the ball (the stop rule's evidence of how near it came)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -13,10 +12,6 @@ import torch
 
 from ...attacks import make_attack
 from ...runtime.health import NonFiniteError
-from ...results.summaries.converge import rung_id
-from .spec import LadderSpec
-
-FAMILIES = ("ce", "targeted", "boundary", "free")  # the four a round must run for its verdict to count
 
 
 @dataclass
@@ -26,18 +21,17 @@ class Rung:
     id: str
     attack: str
     params: Dict[str, Any]
-    family: str = ""  # one of FAMILIES, or "" for the evidence-driven rungs (EOT, SPSA)
+    family: str = ""  # a family's name (``families.FAMILIES``), or "" for the evidence-driven rungs (EOT, SPSA)
     round: int = 1
     scope: str = "robust"  # robust | near | no-gradient
-    # APGD-T's deep runs: per attacked sample, its candidate classes nearest first as round 1's sweep measured them
+    # APGD-T's full runs: per attacked sample, its candidate classes nearest first as round 1's sweep measured them
     order: Optional[torch.Tensor] = field(default=None, repr=False, compare=False)
-    # Square's later runs: per attacked sample, (sign pattern of its best point, queries done) to continue from
+    # Square's full runs: per attacked sample, (sign pattern of its best point, queries done) to continue from
     resume: Optional[Tuple[torch.Tensor, torch.Tensor]] = field(default=None, repr=False, compare=False)
 
     @property
-    def near_by(self) -> str:
-        """Whose nearness picks this rung's samples in later rounds: Square's own (``free``), or the gradient
-        families' (``gradient``)."""
+    def kind(self) -> str:
+        """Whose evidence this rung's margins are: Square's (``free``) or the gradient families' (``gradient``)."""
         return "free" if self.family == "free" else "gradient"
 
     def describe(self) -> str:
@@ -47,63 +41,21 @@ class Rung:
         return text if self.order is None else text.replace("ranked by boundary distance", "ranked by round 1's sweep")
 
 
-def planned_round(spec: LadderSpec, eps: float, r: int, unstable: bool, no_grad: bool,
-                  square_queries: Optional[int] = None, norm: str = "linf") -> List[Rung]:
-    """The rungs of round ``r`` in order (see the module docstring). ``square_queries``: Square's new queries this
-    round as ``climb`` set them; None: the most they can be (:meth:`LadderSpec.square_new`), for cost estimates.
-    ``norm``: the threat model; under L2 every family runs its L2 form (``*_l2``) and SPSA (an L-inf search) does not
-    run, so samples without gradients are left to Square and make the number an upper bound as they do under L-inf."""
-    s, near = spec, ("robust" if r == 1 else "near")
-    n = (lambda a: a) if norm == "linf" else (lambda a: f"{a}_{norm}")
-    queries = s.square_new(r) if square_queries is None else int(square_queries)
-    out: List[Rung] = []
-    if unstable and r == 1:
-        out += [Rung("eot-ce", n("apgd_eot"), {"eps": eps, "steps": s.eot_steps, "eot_iter": s.eot_iter, "loss": "ce"}),
-                Rung("eot-dlr", n("apgd_eot"), {"eps": eps, "steps": s.eot_steps, "eot_iter": s.eot_iter, "loss": "dlr"})]
-    out += [
-        Rung(rung_id("apgd-t", r), n("apgd_ranked"), _targeted(s, eps, r), "targeted", r, near),
-        Rung(rung_id("apgd-ce", r), n("apgd_ce"), {"eps": eps, "steps": s.steps}, "ce", r, near),
-        Rung(rung_id("fab-t", r), n("fab_t"), {"eps": eps, "steps": s.fab_steps, "targets": s.fab_targets,
-                                            "first": (r - 1) * s.fab_targets + 1}, "boundary", r, near),
-        Rung(rung_id("square", r), n("square"), {"eps": eps, "n_queries": queries},
-             "free", r, near),
-    ]
-    if no_grad and r == 1 and norm == "linf":
-        out.append(Rung("spsa", "spsa", {"eps": eps, "iterations": s.spsa_iterations, "n_samples": s.spsa_samples},
-                        scope="no-gradient"))
-    return out
-
-
-def _targeted(s: LadderSpec, eps: float, r: int) -> Dict[str, Any]:
-    """Round 1: the short sweep over every ranked candidate; round r >= 2: the next ``targets`` ranks, deep, from
-    rank 1 again once the pool is used up (a continuation round past the pool: fresh starts on the nearest ranks)."""
-    if r == 1:
-        return {"eps": eps, "steps": s.sweep_steps, "targets": s.pool, "first": 1, "pool": s.pool}
-    first = ((r - 2) * s.targets) % s.pool + 1
-    return {"eps": eps, "steps": s.steps, "targets": min(s.targets, s.pool - first + 1), "first": first, "pool": s.pool}
-
-
 @dataclass
 class RungResult:
     """What one rung did to the samples it attacked: top-1 correct after it, passes, the points it returned and,
-    where the attack reports it, each sample's best margin loss (``nearness``: scale-free DLR, higher = nearer the
-    boundary, for ranking samples) and its search progress (``margin_best``: the lowest verdict margin
-    ``z_y - max_{j != y} z_j`` at any point it tried inside the ball; ``margin_half``: the same over the first half of
-    its passes on the sample; the gap is what the last half still gained)."""
+    where the attack reports it, ``margin_best``: the lowest verdict margin ``z_y - max_{j != y} z_j`` at any point it
+    tried inside the ball (how near its search came)."""
 
     still: torch.Tensor
     forward: torch.Tensor
     backward: torch.Tensor
     x_adv: Optional[torch.Tensor] = None
-    nearness: Optional[torch.Tensor] = None
     margin_best: Optional[torch.Tensor] = None
-    margin_half: Optional[torch.Tensor] = None
     target_order: Optional[torch.Tensor] = None  # APGD-T: (n, k) classes in the order attacked ...
     target_reach: Optional[torch.Tensor] = None  # ... and the nearness its run on each reached (-inf: not attacked)
     signs: Optional[torch.Tensor] = None  # Square: per sample, the sign pattern of its best point (int8) ...
     done: Optional[torch.Tensor] = None  # ... and the queries its run(s) have done: what a later run continues
-
-
 
 
 Check = Callable[[torch.Tensor, str], None]
@@ -130,7 +82,7 @@ def run_rung(rung: Rung, model: torch.nn.Module, verdict_model: torch.nn.Module,
     (the progress line)."""
     check = check or finite_or_stop(rung)
     attack = make_attack(rung.attack, **rung.params)
-    still, fwd, bwd, adv, near, best_m, half_m, orders, reach = [], [], [], [], [], [], [], [], []
+    still, fwd, bwd, adv, best_m, orders, reach = [], [], [], [], [], [], []
     signs, done = [], []
     for s in range(0, len(x), max(1, batch_size)):
         xb, yb = x[s:s + batch_size], y[s:s + batch_size]
@@ -149,12 +101,9 @@ def run_rung(rung: Rung, model: torch.nn.Module, verdict_model: torch.nn.Module,
         zeros = torch.zeros(len(xb), device=xb.device)
         fwd.append((tel.forward if tel is not None else zeros) + 1)
         bwd.append(tel.backward if tel is not None else zeros)
-        best = getattr(attack, "stats", {}).get("best_loss")
-        near.append(best if best is not None else torch.full((len(xb),), float("-inf"), device=xb.device))
         stats = getattr(attack, "stats", {})
         inf = torch.full((len(xb),), float("inf"), device=xb.device)
         best_m.append(stats.get("margin_best", inf).to(xb.device))
-        half_m.append(stats.get("margin_half", inf).to(xb.device))
         if "signs" in stats:
             signs.append(stats["signs"].cpu())
             done.append(stats["done"].cpu())
@@ -166,7 +115,7 @@ def run_rung(rung: Rung, model: torch.nn.Module, verdict_model: torch.nn.Module,
                    float(fwd[-1].sum()), float(bwd[-1].sum()))
     same = len(orders) == len(still) and len({o.shape[1] for o in orders}) == 1
     kept = len(signs) == len(still) and len(still) > 0
-    return RungResult(torch.cat(still), torch.cat(fwd), torch.cat(bwd), torch.cat(adv), torch.cat(near),
-                      torch.cat(best_m), torch.cat(half_m), torch.cat(orders) if same else None,
+    return RungResult(torch.cat(still), torch.cat(fwd), torch.cat(bwd), torch.cat(adv), torch.cat(best_m),
+                      torch.cat(orders) if same else None,
                       torch.cat(reach) if same else None, torch.cat(signs) if kept else None,
                       torch.cat(done) if kept else None)

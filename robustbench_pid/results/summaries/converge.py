@@ -11,7 +11,7 @@ gradients unavailable``, ``upper bound: gradients mislead``, ...; the worst over
 """
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 import pandas as pd
@@ -20,17 +20,14 @@ from ..stats.metrics import wilson_interval
 from . import summarizers
 from .accuracy import ID_COLUMNS, accuracy_rows, concat_rows
 
-CONVERGED, NOT_CONVERGED, UPPER_BOUND = "converged", "not converged", "upper bound: gradients unavailable"
-BATCH_DEPENDENT = "not converged: outputs depend on the batch"
-MISLED = "upper bound: gradients mislead"  # the random search came nearer than the gradient families (design 5)
-RANDOM_OUTPUTS = "not converged: outputs are random"  # repeated passes disagree: each verdict is one draw (design 5)
-REDUCED = "converged (reduced ladder"  # + ": settings below the defaults)": a weaker ladder says so in its status
-STATUSES = (CONVERGED, NOT_CONVERGED, UPPER_BOUND, BATCH_DEPENDENT, MISLED, RANDOM_OUTPUTS)
+from .stop_rule import (BATCH_DEPENDENT, CONVERGED, MISLED, NOT_CONVERGED, RANDOM_OUTPUTS,  # noqa: F401
+                        REDUCED, STATUSES, UPPER_BOUND, reductions_of, share_left, tolerance, verdict)
+
 # The ladder's design revision (benchmarks/ladder/: rung order, rung 0, the probes), part of every
 # converge unit's key, so a run folder of another revision is never resumed with this one, and recorded in its
 # params, so a result of an earlier design says so (``ladder_design``). What each revision changed: docs/attacks.md,
 # "Ladder revisions" (one list, there).
-DESIGN = 10
+DESIGN = 11
 MAX_ROUNDS = 9  # rung ids of later rounds carry "@r"; the order below lists them up to this round
 ROUND_RUNGS = ("apgd-t", "apgd-ce", "fab-t", "square")  # a round's rungs, in the order they run
 
@@ -49,7 +46,7 @@ RUNG_ORDER = (("user", "probe", "eot-ce", "eot-dlr") + ROUND_RUNGS + ("strong-fl
 RUNG_LABELS = {"user": "your attack", "eot-ce": "APGD-CE + EOT", "eot-dlr": "APGD-DLR + EOT", "apgd-ce": "APGD-CE",
                "strong-flagged": "APGD-CE strong (flagged)", "apgd-t": "APGD-T (ranked)", "fab-t": "FAB-T",
                "square": "Square", "spsa": "SPSA (no-gradient samples)", "strong-all": "APGD-DLR strong"}
-RUNG_LABELS.update({rung_id(b, r): f"{RUNG_LABELS[b]}, round {r} (nearest)" for r in range(2, MAX_ROUNDS + 1)
+RUNG_LABELS.update({rung_id(b, r): f"{RUNG_LABELS[b]}, round {r} (near samples, full budget)" for r in range(2, MAX_ROUNDS + 1)
                     for b in ROUND_RUNGS})
 CONVERGE_METRICS = ("rung_top1", "converge_gap", "converge_passes_forward", "converge_passes_backward")
 
@@ -70,9 +67,6 @@ def is_converged(status: str) -> bool:
     return str(status) == CONVERGED
 
 
-NOT_FULL = ("user", "strong-flagged", "spsa")  # rungs that attack a subset (or are rung 0): not the stop rule's
-
-
 def _units(g: pd.DataFrame) -> pd.DataFrame:
     return g.drop_duplicates("unit") if "unit" in g.columns else g.head(1)
 
@@ -81,86 +75,72 @@ def condition_tolerance(g: pd.DataFrame) -> Optional[int]:
     """The ladder's tolerance for the whole condition (as if it were one work unit), from its recorded settings;
     None for records that do not carry them."""
     import json
-    import math
 
     try:
         lad = json.loads(str(g["params"].iloc[0]))["ladder"]
-        return max(int(lad["tol_min"]), int(math.floor(float(lad["tol_share"]) * len(g) + 1e-9)))
+        return tolerance(len(g), float(lad["tol_share"]), int(lad["tol_min"]))
     except (KeyError, ValueError, TypeError, IndexError):
         return None
 
 
-def last_full_breaks(g: pd.DataFrame) -> int:
-    """Samples the last full round of each work unit still broke (continuation rounds, which run only the families
-    still closing in, are judged by exhaustion instead; ladders recorded before rounds existed: their last
-    full rung), summed over the condition's units (0 for a unit with no sample left robust: no further rung
-    could break one there)."""
-    total = 0
-    for _, u in _units(g).iterrows():
-        rows = g[g["unit"] == u["unit"]] if "unit" in g.columns else g
-        if not rows["correct_top1"].astype(bool).any():
-            continue
-        ids, broke = str(u["converge_rungs"]).split(","), str(u["converge_broke"]).split(",")
-        rounds = str(u.get("converge_rounds", "") if hasattr(u, "get") else "").split(",")
-        if len(rounds) == len(ids) and all(r.strip().isdigit() for r in rounds):
-            last = max(int(r) for r, i in zip(rounds, ids) if i != "user") if len(ids) > 1 else 0
-            full = pd.to_numeric(pd.Series([u.get("converge_full_round", 0)]), errors="coerce").fillna(0).iloc[0]
-            if 0 < int(full) < last:  # design 5: continuation rounds after the last full one are judged by exhaustion
-                last = int(full)
-            total += sum(int(b) for i, b, r in zip(ids, broke, rounds) if i != "user" and int(r) == last)
-            continue
-        pairs = [(r, int(b)) for r, b in zip(ids, broke) if r and r not in NOT_FULL]
-        total += pairs[-1][1] if pairs else 0
-    return total
+EVIDENCE = ("margin_clean", "margin_gradient", "margin_free", "converge_grad_misleads", "converge_full_gradient",
+            "converge_full_free", "converge_last_broke", "converge_tau")
 
 
-def flagged_robust(g: pd.DataFrame, column: str) -> int:
-    """How many of the condition's still-robust samples carry the per-sample flag ``column`` (0 without it)."""
-    if column not in g.columns:
-        return 0
-    return int((g[column].fillna(False).astype(bool) & g["correct_top1"].astype(bool)).sum())
+def evidence(g: pd.DataFrame) -> Optional[pd.DataFrame]:
+    """The stop rule's evidence table of a condition's records (``stop_rule.py``); None for records of a design
+    before the rule was one function (design 11), which carry only their units' statuses."""
+    if any(c not in g.columns for c in EVIDENCE):
+        return None
+
+    def flag(col: str) -> np.ndarray:
+        return g[col].fillna(False).astype(bool).to_numpy() if col in g.columns else np.zeros(len(g), dtype=bool)
+
+    robust = flag("correct_top1")
+    last = flag("converge_last_broke").copy()
+    if "unit" in g.columns:  # a unit whose last round broke its last robust samples has nothing left to find
+        last &= g["correct_top1"].astype(bool).groupby(g["unit"]).transform("any").to_numpy()
+    return pd.DataFrame({
+        "robust": robust, "no_gradient": flag("grad_unavailable"), "misleads": flag("converge_grad_misleads"),
+        "left_gradient": share_left(g["margin_gradient"].to_numpy(float), g["margin_clean"].to_numpy(float)),
+        "left_free": share_left(g["margin_free"].to_numpy(float), g["margin_clean"].to_numpy(float)),
+        "full_gradient": flag("converge_full_gradient") | ~robust, "full_free": flag("converge_full_free") | ~robust,
+        "last_broke": last, "tau": pd.to_numeric(g["converge_tau"], errors="coerce").to_numpy(),
+        "random": flag("converge_unstable"), "batch": flag("converge_batch_dependent")})
+
+
+def condition_verdict(g: pd.DataFrame) -> Tuple[str, str]:
+    """(status, detail) of a whole condition: the stop rule applied to all its work units' samples at once, with
+    the condition's tolerance (each unit stopped on its own, so many small units could each leave a sample to their
+    last round). Records of an earlier design: the worst of their units' statuses."""
+    per_unit = _units(g)
+    units = "; ".join(dict.fromkeys(per_unit["converge_detail"].astype(str)))
+    ev, tol = evidence(g), condition_tolerance(g)
+    if ev is None or tol is None:
+        got = set(g["converge_status"].astype(str))
+        for status in (UPPER_BOUND, BATCH_DEPENDENT, RANDOM_OUTPUTS, MISLED, NOT_CONVERGED):
+            if status in got:
+                return status, units
+        if len(per_unit) > 1 or len(got) != 1:  # never a converged condition this design cannot judge
+            return NOT_CONVERGED, (f"records of an earlier ladder design in {len(per_unit)} work units: each unit's "
+                                   f"own status was converged, but they lack the evidence the condition-level rule "
+                                   f"reads (re-run them); per unit: {units}")
+        return next(iter(got)), units
+    if "converge_reduced" in g.columns:  # the settings below the defaults, as each unit recorded them
+        reduced = [r for r in str(g["converge_reduced"].iloc[0]).split(", ") if r]
+    else:  # records without that column: the first unit's status that names them
+        named = [reductions_of(st) for st in per_unit["converge_status"].astype(str)]
+        reduced = next((r for r in named if r), [])
+    status, detail = verdict(ev, tol, reduced)
+    if len(per_unit) == 1:
+        return status, detail
+    st = per_unit["converge_status"].astype(str)
+    ok = int((st == CONVERGED).sum() + st.str.startswith(REDUCED).sum())
+    return status, f"{detail}; {ok} of {len(per_unit)} work units converged on their own"
 
 
 def condition_status(g: pd.DataFrame) -> str:
-    """The worst status over a condition's chunks (an upper bound anywhere makes the whole an upper bound, a
-    batch-dependent model anywhere makes it batch-dependent), then the stop rule for the whole condition: each work
-    unit's ladder stops on its own tolerance, so many small units could each leave a sample to their last round;
-    the condition is converged only if its units' last rounds together broke at most the condition's tolerance,
-    and an upper bound if more of its robust samples than that had no usable gradients. A reduced ladder's
-    ``converged (reduced ladder: ...)`` stays so."""
-    got = set(g["converge_status"].astype(str))
-    tol = condition_tolerance(g)
-    if UPPER_BOUND in got or flagged_robust(g, "grad_unavailable") > (tol if tol is not None else len(g)):
-        return UPPER_BOUND
-    for status in (BATCH_DEPENDENT, RANDOM_OUTPUTS, MISLED):
-        if status in got:
-            return status
-    if tol is not None and flagged_robust(g, "converge_untrusted") > tol:
-        return MISLED
-    if tol is not None and flagged_robust(g, "converge_closing") > tol:
-        return NOT_CONVERGED
-    if len(got) != 1 or not (got <= {CONVERGED} or next(iter(got)).startswith(REDUCED)):
-        return NOT_CONVERGED
-    if tol is not None and last_full_breaks(g) > tol:
-        return NOT_CONVERGED
-    return next(iter(got))
-
-
-def condition_detail(g: pd.DataFrame) -> str:
-    """One line on how the condition's status came about (its work units' ladders, summed at condition level)."""
-    per_unit = _units(g)
-    units = "; ".join(dict.fromkeys(per_unit["converge_detail"].astype(str)))
-    tol = condition_tolerance(g)
-    if len(per_unit) == 1 or tol is None:
-        return units
-    for col, what in (("converge_untrusted", "untrusted gradients"), ("converge_closing", "a search still closing in")):
-        k = flagged_robust(g, col)
-        if k > tol:
-            units = f"{k} still-robust samples with {what} over the condition's units (tolerance {tol}); " + units
-    st = per_unit["converge_status"].astype(str)
-    ok = int((st == CONVERGED).sum() + st.str.startswith(REDUCED).sum())
-    return (f"{ok} of {len(per_unit)} work units converged; their last rounds broke {last_full_breaks(g)} of "
-            f"{len(g)} samples (tolerance {tol} for the condition); per unit: {units}")
+    return condition_verdict(g)[0]
 
 
 def _passes(g: pd.DataFrame, rung: str, kind: str) -> pd.Series:
@@ -240,7 +220,7 @@ def converge_rows(records: pd.DataFrame, ce_baseline: Optional[str] = None) -> p
         base_row = acc[(acc["eps"] == g["eps"].iloc[0]) & (acc["settings_id"] == g["settings_id"].iloc[0])
                        & (acc["run_id"] == g["run_id"].iloc[0] if "run_id" in acc.columns else True)]
         base = base_row.iloc[0][ident].to_dict()
-        status, detail = condition_status(g), condition_detail(g)
+        status, detail = condition_verdict(g)
         c = curve(g)
         rows = [{**base, "metric": "rung_top1", "condition": r["rung"], **r} for r in c.to_dict("records")]
         conv = float(base_row.iloc[0]["value"])
