@@ -282,7 +282,7 @@ def test_round_one_runs_apgd_t_apgd_ce_and_square_on_every_still_robust_sample_a
 
 def test_the_gradient_free_rung_breaking_more_than_the_tolerance_keeps_the_ladder_climbing():
     """The adversarially trained model the issue met: the gradient rungs break 1, Square 2 in round 1 (3 > the
-    tolerance of 1): the next round runs the full budgets, here on every sample (none was near before tau 1)."""
+    tolerance, 0): the next round runs the full budgets, here on every sample (none was near before tau 1)."""
     run, seen = _fake({"apgd-t": 1, "square": 2})
     lad = _climb(200, run)
     assert [s[0] for s in seen] == ROUND1 + ["apgd-t@2", "fab-t@2", "square@2"]
@@ -300,10 +300,10 @@ def test_no_gradient_samples_get_spsa_after_the_families_and_a_randomised_model_
     assert dict(seen)["eot-ce"] == list(range(50)) and dict(seen)["spsa"] == list(range(10, 20))
     assert [h["settings"] for h in lad.history][:2] == ["APGD-CE-100 (EOT over 20 draws)",
                                                         "APGD-DLR-100 (EOT over 20 draws)"]
-    assert lad.status == UPPER_BOUND and "on 10 still-robust sample(s) (tolerance 1)" in lad.detail
-    # one sample without gradients is within the tolerance; the random forward pass then makes it not converged
+    assert lad.status == UPPER_BOUND and "on 10 still-robust sample(s) (tolerance 0)" in lad.detail
+    # one sample without gradients is within a tolerance of 1; the random forward pass then makes it not converged
     run, seen = _fake({})
-    lad = _climb(50, run, unstable=True, no_grad=torch.arange(50) == 7)
+    lad = _climb(50, run, LadderSpec(tol_min=1), unstable=True, no_grad=torch.arange(50) == 7)
     assert dict(seen)["spsa"] == [7] and lad.status == RANDOM_OUTPUTS
     # random gradients at a deterministic forward pass: the EOT rungs run, the rounds judge as usual
     run, seen = _fake({})
@@ -318,8 +318,10 @@ def test_no_gradient_samples_get_spsa_after_the_families_and_a_randomised_model_
 def test_near_samples_get_their_kinds_full_budget_once_and_apgd_ce_does_not_run_again():
     """Near at tau: for the gradient families where one of them left at most tau of the clean margin (here 1), for
     Square where Square did or came nearer than they did. Round 2 (tau 1/16) gives the gradient-near samples APGD-T's
-    and FAB-T's full budgets, the Square-near ones Square's; round 2 breaking 2 > 1 doubles tau, and round 3 (1/8)
-    takes only the samples that became near and never had the budget."""
+    and FAB-T's full budgets, the Square-near ones Square's; round 2 breaking 2 > 0 doubles tau, and round 3 (1/8)
+    takes only the samples that became near and never had the budget. Square came nearer on one sample (20): more
+    than the tolerance of 100 samples (0), so Square is the gradient families' rival and their near samples are near
+    for Square too; with a tolerance of 1 it is not, and Square takes only its own."""
     n = 100
     g = torch.full((n,), 0.9)
     g[0:5] = 0.05
@@ -332,19 +334,24 @@ def test_near_samples_get_their_kinds_full_budget_once_and_apgd_ce_does_not_run_
     f[30] = 0.9  # as near as the gradients, not nearer: not near
     grad_near, free_near = [0, 1, 2, 3, 4, 40, 60], [20, 40]
     run, seen = _fake({}, g, f)
-    lad = _climb(n, run)
+    lad = _climb(n, run, LadderSpec(tol_min=1))
     assert _later(seen) == [("apgd-t@2", grad_near), ("fab-t@2", grad_near), ("square@2", free_near)]
+    assert not lad.rivals and lad.status.startswith("converged (reduced ladder (tol_min 1 > 0)")
+    free_near = [0, 1, 2, 3, 4, 20, 40, 60]  # the default tolerance: Square is a rival
+    run, seen = _fake({}, g, f)
+    lad = _climb(n, run)
+    assert _later(seen) == [("apgd-t@2", grad_near), ("fab-t@2", grad_near), ("square@2", free_near)] and lad.rivals
     assert lad.full["gradient"].nonzero().squeeze(1).tolist() == grad_near
     assert lad.full["free"].nonzero().squeeze(1).tolist() == free_near
     assert lad.status == CONVERGED and lad.tau == 1 / 16
     assert [h["scope"] for h in lad.history if h["round"] == 2] == ["near"] * 3
     run, seen = _fake({"apgd-t@2": 2}, g, f)  # breaks 0 and 1
     lad = _climb(n, run)
-    assert _later(seen) == [("apgd-t@2", grad_near), ("fab-t@2", grad_near[2:]), ("square@2", free_near),
-                            ("apgd-t@3", [5, 6, 7, 8, 9]), ("fab-t@3", [5, 6, 7, 8, 9])]
+    assert _later(seen) == [("apgd-t@2", grad_near), ("fab-t@2", grad_near[2:]), ("square@2", free_near[2:]),
+                            ("apgd-t@3", [5, 6, 7, 8, 9]), ("fab-t@3", [5, 6, 7, 8, 9]), ("square@3", [5, 6, 7, 8, 9])]
     assert lad.status == CONVERGED and lad.tau == 1 / 8 and lad.last_broke.sum() == 0
     assert lad.detail == ("every sample within tau = 0.125 of its clean margin had each family's full AutoAttack "
-                          "budget, and the last round broke 0 sample(s) (tolerance 1)")
+                          "budget, and the last round broke 0 sample(s) (tolerance 0)")
     # each sample had each kind's full budget at most once
     for fam in ("apgd-t", "fab-t", "square"):
         runs = [set(ids) for rid, ids in _later(seen) if rid.split("@")[0] == fam]
@@ -353,7 +360,7 @@ def test_near_samples_get_their_kinds_full_budget_once_and_apgd_ce_does_not_run_
 
 def test_tau_doubles_while_the_last_round_breaks_more_than_the_tolerance_skipping_a_tau_that_adds_no_sample():
     """Rounds at tau 1/16, 1/8, (1/4 adds no sample: skipped), 1/2 and 1 = every still-robust sample; each breaks 2
-    (> the tolerance of 1): not converged at tau 1, where every sample had the full budget. ``on_round`` hears each
+    (> the tolerance, 0): not converged at tau 1, where every sample had the full budget. ``on_round`` hears each
     round's samples per kind as it is decided."""
     n = 100
     g = torch.full((n,), 0.9)
@@ -377,10 +384,10 @@ def test_tau_doubles_while_the_last_round_breaks_more_than_the_tolerance_skippin
     assert heard == [(1, 100, 100), (2, 10, 0), (3, 10, 0), (4, 10, 0), (5, 70, 94)]
     assert lad.tau == 1.0 and lad.status == NOT_CONVERGED and int(lad.last_broke.sum()) == 2
     assert lad.detail == ("every still-robust sample had the full budget and the last round still broke 2 sample(s) "
-                          "(tolerance 1): the number is an upper bound")
+                          "(tolerance 0): the number is an upper bound")
     assert bool(lad.full["gradient"][lad.robust].all()) and bool(lad.full["free"][lad.robust].all())
-    # the round at 1/2 breaking 1 <= 1 ends the ladder there, converged
-    run, seen = _fake({**breaks, "apgd-t@4": 1}, g, f)
+    # the round at 1/2 breaking 0 <= 0 ends the ladder there, converged
+    run, seen = _fake({**breaks, "apgd-t@4": 0}, g, f)
     lad = _climb(n, run)
     assert [rid for rid, _ in _later(seen)][-1] == "fab-t@4" and lad.tau == 0.5 and lad.status == CONVERGED
     assert "every sample within tau = 0.5 of its clean margin" in lad.detail
@@ -561,8 +568,8 @@ def test_a_random_search_nearer_than_the_gradients_gets_its_full_budget_and_only
 
     n = 100
     g = torch.full((n,), 0.5)
-    for nearer, flagged, broken, want in ((5, 0, (), CONVERGED), (0, 2, (), MISLED), (5, 1, (), CONVERGED),
-                                          (0, 1, (), CONVERGED), (0, 2, (51,), CONVERGED), (5, 3, (), MISLED)):
+    for nearer, flagged, broken, want in ((5, 0, (), CONVERGED), (0, 2, (), MISLED), (5, 1, (), MISLED),
+                                          (0, 0, (), CONVERGED), (0, 1, (50,), CONVERGED), (5, 3, (), MISLED)):
         f = torch.full((n,), 6.0)
         f[:nearer] = 0.3
         lad = _ladder(n)
@@ -570,11 +577,14 @@ def test_a_random_search_nearer_than_the_gradients_gets_its_full_budget_and_only
         run, seen = _fake({"apgd-t": set(broken)}, g, f)
         _climb(n, run, lad=lad)
         assert lad.status == want, (nearer, flagged, broken, lad.status)
+        if broken:  # round 1 broke more than the tolerance (0): tau widened to 1/2, where every sample is near
+            assert bool(lad.full["gradient"][lad.robust].all())
+            continue
         assert _later(seen) == ([("square@2", list(range(nearer)))] if nearer else [])
         assert lad.full["free"].nonzero().squeeze(1).tolist() == list(range(nearer))
         assert not lad.full["gradient"].any()
         if want == MISLED:
-            assert lad.detail.startswith(f"the gradient probe flags {flagged} still-robust sample(s) (tolerance 1)")
+            assert lad.detail.startswith(f"the gradient probe flags {flagged} still-robust sample(s) (tolerance 0)")
     # beyond the tolerance, samples without usable gradients come first: an upper bound of that kind
     lad = _ladder(n)
     lad.misleading[50:53] = True
@@ -596,7 +606,7 @@ def test_a_reduced_ladder_says_so_in_its_status_and_rung_settings():
     assert LadderSpec.from_options({"near": 0.125}).reductions() == []
     assert LadderSpec.from_options({"tol_share": 0.01}).reductions() == ["tol_share 0.01 > 0.001"]
     assert LadderSpec.from_options({"tol_min": 2, "pool": 5, "square_budget": 3000}).reductions() == [
-        "tol_min 2 > 1", "pool 5 < 9", "square_budget 3000 < 5000"]
+        "tol_min 2 > 0", "pool 5 < 9", "square_budget 3000 < 5000"]
     assert LadderSpec.from_options({"square_queries": 1000, "square_budget": 10000, "near": 1}).reductions() == []
     # a verdict that is not "converged" is not made a reduced one
     run, _ = _fake({"apgd-t": 5})

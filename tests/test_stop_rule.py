@@ -18,7 +18,8 @@ import torch
 import robustbench_pid.benchmarks.ladder as ladder_pkg
 from robustbench_pid.benchmarks.ladder import Ladder, LadderSpec, Rung, RungResult, climb
 from robustbench_pid.results.summaries.stop_rule import (BATCH_DEPENDENT, CONVERGED, MISLED, NOT_CONVERGED,
-                                                         RANDOM_OUTPUTS, UPPER_BOUND, near, tolerance, verdict)
+                                                         RANDOM_OUTPUTS, UPPER_BOUND, near, rivals, tolerance,
+                                                         verdict)
 
 ROOT = Path(__file__).resolve().parents[1]
 EPS = 0.1
@@ -40,7 +41,7 @@ def table(n: int, **cols) -> pd.DataFrame:
     base = {"robust": np.ones(n, bool), "no_gradient": np.zeros(n, bool), "misleads": np.zeros(n, bool),
             "left_gradient": np.full(n, 0.5), "left_free": np.full(n, 0.9), "full_gradient": np.zeros(n, bool),
             "full_free": np.zeros(n, bool), "last_broke": np.zeros(n, bool), "tau": np.full(n, 1 / 16),
-            "random": np.zeros(n, bool), "batch": np.zeros(n, bool)}
+            "rivals": np.zeros(n, bool), "random": np.zeros(n, bool), "batch": np.zeros(n, bool)}
     base.update({k: np.asarray(v) for k, v in cols.items()})
     return pd.DataFrame(base)
 
@@ -113,38 +114,70 @@ def test_a_sample_is_near_for_the_gradient_families_when_one_left_at_most_tau_an
     assert grad.tolist() == [True, False, False, False, False]
     assert free.tolist() == [False, False, True, True, True]  # within tau; nearer than the gradients (twice)
     assert all(m.all() for m in near(g, f, 1.0))  # tau 1: every sample
+    # where Square is the gradient families' rival, their near samples are near for Square too
+    assert near(g, f, 1 / 16, True)[1].tolist() == [True, False, True, True, True]
+    robust = np.ones(5, bool)
+    assert rivals(g, f, robust, 2) and not rivals(g, f, robust, 3)  # nearer on 3 samples: more than 2, not than 3
+    assert not rivals(g, f, np.array([True, True, False, False, False]), 0)  # only still-robust samples count
+
+
+def test_where_square_came_nearer_on_more_samples_than_the_tolerance_the_gradient_near_samples_get_squares_budget():
+    """Sentence 2's last clause on the ladder: one sample on which Square came nearer than the gradient families is
+    more than the tolerance of 100 samples (0), so the samples the gradient families brought near also get Square's
+    full budget; with a tolerance of 1 that one sample is within it, and they do not."""
+    n = 100
+    mg = torch.full((n,), 0.5)
+    mg[:3] = 0.03
+    mf = torch.full((n,), 0.9)
+    mf[50] = 0.4
+    lad, seen = climbed(n, {}, mg, mf)
+    sq = [set(i) for r, i in seen if r.id == "square@2"]
+    assert sq == [{0, 1, 2, 50}] and lad.rivals and lad.status == CONVERGED
+    assert bool(lad.evidence(torch.zeros(n, dtype=torch.bool), False, False)["rivals"].all())
+    lad, seen = climbed(n, {}, mg, mf, spec=LadderSpec(tol_min=1))
+    assert [set(i) for r, i in seen if r.id == "square@2"] == [{50}] and not lad.rivals
+    # the verdict reads the flag: without Square's budget on the gradient-near samples, a rival unit is owed it
+    ev = table(3, left_gradient=[0.03, 0.5, 0.5], left_free=[0.9, 0.9, 0.4], full_gradient=[True, False, False],
+               full_free=[False, False, True])
+    assert verdict(ev, 0)[0] == CONVERGED
+    status, why = verdict(ev.assign(rivals=True), 0)
+    assert status == NOT_CONVERGED and "1 near still-robust sample(s) did not get" in why
 
 
 def test_each_later_round_gives_near_samples_each_familys_full_autoattack_budget_once():
     """Sentence 3: APGD-T and FAB-T 9 targets x 100 and Square continued to 5,000 queries on the near samples of
-    their kind (APGD-CE spent its 100 in round 1), each sample once; tau starts at 1/16."""
+    their kind (APGD-CE spent its 100 in round 1), each sample once; tau starts at 1/16. A tolerance of 3 keeps
+    Square from being the gradient families' rival (it came nearer on 3 samples)."""
     n = 100
     mg = torch.full((n,), 0.5)
-    mg[:4] = 0.03  # near for the gradient families at 1/16
+    mg[:6] = 0.03  # near for the gradient families at 1/16
     mf = torch.full((n,), 0.9)
     mf[10:13] = 0.4  # Square came nearer than the gradients there (0.5): near for Square
-    lad, seen = climbed(n, {"apgd-t@2": 2}, mg, mf)
+    lad, seen = climbed(n, {"apgd-t@2": 4}, mg, mf, spec=LadderSpec(tol_min=3))
     later = {r.id: (r, i) for r, i in seen if r.round == 2}
     assert sorted(later) == ["apgd-t@2", "fab-t@2", "square@2"]
-    assert set(later["apgd-t@2"][1]) == {0, 1, 2, 3} and set(later["fab-t@2"][1]) == {2, 3}
+    assert set(later["apgd-t@2"][1]) == set(range(6)) and set(later["fab-t@2"][1]) == {4, 5}
     assert later["apgd-t@2"][0].params["steps"] == 100 and later["apgd-t@2"][0].params["targets"] == 9
     assert later["fab-t@2"][0].params["steps"] == 100 and later["fab-t@2"][0].params["targets"] == 9
     sq = later["square@2"][0]
     assert set(later["square@2"][1]) == {10, 11, 12} and sq.params["n_queries"] == 4500 and sq.resume is not None
     assert "Square +4500" in sq.describe() and "continuing each sample's run from its best point" in sq.describe()
-    # round 2 broke 2 > 1: tau doubles past 1/8 and 1/4, where nothing new is near, to 1/2: the rest, each once
+    # round 2 broke 4 > 3: tau doubles past 1/8 and 1/4, where nothing new is near, to 1/2: the rest, each once
     rounds = [r.round for r, _ in seen]
-    assert max(rounds) == 3 and lad.tau == 0.5
+    assert max(rounds) == 3 and lad.tau == 0.5 and not lad.rivals
     third = {r.id: set(i) for r, i in seen if r.round == 3}
-    assert not (third["apgd-t@3"] & {0, 1, 2, 3}) and len(third["apgd-t@3"]) == 96  # 10-12 had only Square's
+    assert not (third["apgd-t@3"] & set(range(6))) and len(third["apgd-t@3"]) == 94  # 10-12 had only Square's
     assert "square@3" not in third  # Square's own evidence put no other sample near (0.9 > 1/2, not nearer)
-    assert lad.status == CONVERGED and LadderSpec().near == 1 / 16
+    assert lad.status == "converged (reduced ladder (tol_min 3 > 0)" and LadderSpec().near == 1 / 16
 
 
 def test_while_the_last_round_broke_more_than_the_tolerance_tau_doubles_up_to_every_sample():
-    """Sentence 4: rounds at tau 1/16, 1/8, 1/4 ... while each broke more than max(1, 0.1% of n samples); a tau that
+    """Sentence 4: rounds at tau 1/16, 1/8, 1/4 ... while each broke more than the tolerance, 0.1% of n; a tau that
     adds no sample is skipped; after tau 1 (every sample) the ladder stops, not converged if that round still broke."""
-    assert tolerance(999, 0.001, 1) == 1 and tolerance(3000, 0.001, 1) == 3
+    assert sentences()[3].startswith("While the last round broke more than the tolerance, 0.1% of n,")
+    spec = LadderSpec()
+    assert [spec.tolerance(k) for k in (360, 999, 1000, 3000)] == [0, 0, 1, 3]
+    assert tolerance(999, 0.001, 1) == 1  # a floor the user asks for (a reduced ladder)
     n = 100
     mg = torch.linspace(0.0, 0.99, n)  # share of the clean margin left: samples spread over every tau
     lad, seen = climbed(n, {"apgd-t@2": 3, "apgd-t@3": 3, "apgd-t@4": 3, "apgd-t@5": 3, "apgd-t@6": 3}, mg)

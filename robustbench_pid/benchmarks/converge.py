@@ -336,9 +336,10 @@ def evidence_columns(ladder: Ladder, spec: LadderSpec, unstable: bool, random_gr
     """The stop rule's evidence per sample, kept in the records so a condition is judged from them as each unit was
     (``results/summaries/converge.py``): the lowest margins the gradient families and the random search reached
     (and the clean one), the probe's flag, which kinds' full budget the sample had, whether the unit's last round
-    broke it, and the unit's last tau."""
+    broke it, the unit's last tau, and whether Square was the gradient families' rival there."""
     return {"margin_clean": ladder.clean_margin.numpy(), "margin_gradient": ladder.margin["gradient"].numpy(),
             "margin_free": ladder.margin["free"].numpy(), "converge_grad_misleads": ladder.misleading.clone(),
             "converge_full_gradient": ladder.full["gradient"].clone(), "converge_full_free": ladder.full["free"].clone(),
             "converge_last_broke": ladder.last_broke.clone(), "converge_tau": float(ladder.tau),
+            "converge_rivals": bool(ladder.rivals),
             "converge_random_gradients": bool(random_grads)}

@@ -3,13 +3,13 @@ and say which kind of number came out. The stop rule (docs/attacks.md carries th
 ``stop-rule`` markers; ``tests/test_stop_rule.py`` has a test per sentence):
 
 Round 1 runs APGD-T 12 iterations on each of 9 ranked targets, APGD-CE 100 and Square 500 queries on every
-still-robust sample. A sample is near at tau for the gradient families when one
-of them left at most tau of its clean margin, and for Square when Square did or came nearer than they did. Each later
-round gives near samples each family's full AutoAttack budget once: APGD-T and FAB-T 9 targets x 100 iterations,
-Square continued to 5,000 queries; tau starts at 1/16. While the last round broke more than the tolerance, max(1,
-0.1% of n samples), tau doubles, up to every sample. Converged: the last round broke at most the tolerance and
-every near sample had its budget. Beyond the tolerance, samples without usable gradients or flagged by the gradient
-probe make an upper bound; random or batch-dependent outputs, not converged.
+still-robust sample. A sample is near at tau for the gradient families when one left at most tau of its clean
+margin, and for Square when Square did, came nearer than they did, or they did where Square came nearer on more
+samples than the tolerance. Later rounds give near samples each family's full AutoAttack budget once: APGD-T and
+FAB-T 9 targets x 100, Square continued to 5,000 queries; tau starts at 1/16. While the last round broke
+more than the tolerance, 0.1% of n, tau doubles, up to every sample. Converged: the last round broke at most the
+tolerance and every near sample had its budget. Beyond the tolerance, samples without usable gradients or flagged by
+the gradient probe make an upper bound; random or batch-dependent outputs, not converged.
 
 Why families and not one strong attack: each has a blind spot another covers. Cross-entropy APGD saturates on
 scaled-up logits; the targeted DLR margin (APGD-T) does not; FAB-T linearises the model instead of ascending a loss;

@@ -22,7 +22,7 @@ class LadderSpec:
     """The ladder's settings; the package docstring states the rule they enter."""
 
     tol_share: float = 0.001  # the last round may break at most this share of the samples ...
-    tol_min: int = 1  # ... or this many, whichever is larger
+    tol_min: int = 0  # ... or this many, whichever is larger (0: the share alone, design 12)
     near: float = 0.0625  # tau's start: near = at most this share of the clean verdict margin left (doubles)
     steps: int = 100  # APGD-CE's iterations; APGD-T's and FAB-T's per target in the full budget (AutoAttack)
     pool: int = 9  # ranked target classes: round 1's sweep and the full budget (AutoAttack's 9)

@@ -35,6 +35,7 @@ class Ladder:
     kept: Dict[str, Dict[str, Any]] = field(default_factory=dict)  # per family: what it continues from
     last_broke: Optional[torch.Tensor] = None  # per sample: broken by the last round that ran
     tau: float = 0.0  # the last round's tau (the stop rule's)
+    rivals: bool = False  # Square came nearer than the gradient families on more samples than the tolerance
     status: str = ""
     detail: str = ""
 
@@ -95,5 +96,5 @@ class Ladder:
             "misleads": self.misleading.numpy().astype(bool), "left_gradient": self.left("gradient").numpy(),
             "left_free": self.left("free").numpy(), "full_gradient": (self.full["gradient"] | broken).numpy(),
             "full_free": (self.full["free"] | broken).numpy(), "last_broke": self.last_broke.numpy().copy(),
-            "tau": np.full(n, float(self.tau)), "random": np.full(n, bool(unstable)),
+            "tau": np.full(n, float(self.tau)), "rivals": np.full(n, bool(self.rivals)), "random": np.full(n, bool(unstable)),
             "batch": np.full(n, bool(batch_dependent))})

@@ -6,7 +6,7 @@ from typing import Callable, Dict, Optional, Tuple
 
 import torch
 
-from ...results.summaries.stop_rule import near, verdict
+from ...results.summaries.stop_rule import near, rivals, verdict
 from .families import BY_NAME, planned_round
 from .rungs import RungResult
 from .spec import LadderSpec
@@ -34,18 +34,15 @@ def climb(ladder: Ladder, spec: LadderSpec, eps: float, run: RunAttack, *, unsta
     tau, r = spec.near, 1
     ladder.tau = tau
     while bool(ladder.robust.any()):
-        g, f = _owed(ladder, tau)
-        if bool((g | f).any()):
+        g, f = _owed(ladder, tau, tol)
+        if bool((g | f).any()):  # then look again at this tau: the round moved margins, and Square may be a rival now
             r += 1
             last = _round(ladder, spec, eps, r, run, {"gradient": g, "free": f}, False, False, on_round, norm)
             ladder.full["gradient"] |= g
             ladder.full["free"] |= f
             ladder.tau = tau
-            if last <= tol:
-                break
-        elif last <= tol:
-            break
-        if tau >= 1:
+            continue
+        if last <= tol or tau >= 1:
             break
         tau = min(1.0, 2 * tau)
     ladder.status, ladder.detail = verdict(ladder.evidence(no_grad, unstable, batch_dependent), tol,
@@ -53,9 +50,11 @@ def climb(ladder: Ladder, spec: LadderSpec, eps: float, run: RunAttack, *, unsta
     return ladder
 
 
-def _owed(ladder: Ladder, tau: float) -> Tuple[torch.Tensor, torch.Tensor]:
+def _owed(ladder: Ladder, tau: float, tol: int) -> Tuple[torch.Tensor, torch.Tensor]:
     """The still-robust samples near at ``tau`` that have not had the gradient families' / Square's full budget."""
-    g, f = near(ladder.left("gradient").numpy(), ladder.left("free").numpy(), tau)
+    lg, lf = ladder.left("gradient").numpy(), ladder.left("free").numpy()
+    ladder.rivals = rivals(lg, lf, ladder.robust.numpy(), tol)
+    g, f = near(lg, lf, tau, ladder.rivals)
     return (ladder.robust & torch.as_tensor(g) & ~ladder.full["gradient"],
             ladder.robust & torch.as_tensor(f) & ~ladder.full["free"])
 

@@ -15,12 +15,14 @@ statuses. The evidence table has one row per sample and these columns:
 - ``full_gradient`` / ``full_free``: that kind's full budget was spent on it (or it broke first);
 - ``last_broke``: the last round of its work unit broke it;
 - ``tau``: its work unit's final tau;
+- ``rivals``: in its work unit Square came nearer than the gradient families on more still-robust samples than the
+  tolerance (``rivals``), so the gradient families' margins do not rank where Square breaks;
 - ``random`` / ``batch``: its unit's outputs are random / depend on the batch.
 """
 from __future__ import annotations
 
 import math
-from typing import List, Sequence, Tuple
+from typing import List, Sequence, Tuple, Union
 
 import numpy as np
 import pandas as pd
@@ -32,7 +34,7 @@ RANDOM_OUTPUTS = "not converged: outputs are random"  # repeated passes disagree
 REDUCED = "converged (reduced ladder"  # + ": settings below the defaults)": a weaker ladder says so in its status
 STATUSES = (CONVERGED, NOT_CONVERGED, UPPER_BOUND, BATCH_DEPENDENT, MISLED, RANDOM_OUTPUTS)
 COLUMNS = ("robust", "no_gradient", "misleads", "left_gradient", "left_free", "full_gradient", "full_free",
-           "last_broke", "tau", "random", "batch")
+           "last_broke", "tau", "rivals", "random", "batch")
 
 
 def share_left(margin: np.ndarray, clean: np.ndarray) -> np.ndarray:
@@ -53,20 +55,31 @@ def reductions_of(status: str) -> List[str]:
 
 
 def tolerance(n: int, share: float, least: int) -> int:
-    """How many samples the last round may still break: max(least, floor(share * n))."""
+    """How many samples the last round may still break: max(least, floor(share * n)) (``least`` is 0 by default:
+    the tolerance is a share of the samples, and a unit of fewer than 1/share samples may break none)."""
     return max(int(least), int(math.floor(float(share) * int(n) + 1e-9)))
 
 
-def near(left_gradient: np.ndarray, left_free: np.ndarray, tau: float) -> Tuple[np.ndarray, np.ndarray]:
+def near(left_gradient: np.ndarray, left_free: np.ndarray, tau: float,
+         rivals: Union[bool, np.ndarray] = False) -> Tuple[np.ndarray, np.ndarray]:
     """(near for the gradient families, near for Square) at ``tau``: a gradient family left at most tau of the clean
-    margin; Square did, or came nearer than the gradient families (there its search is the only evidence). At tau >= 1
-    every sample is near for both (the widest round takes every still-robust sample)."""
+    margin; Square did, or came nearer than the gradient families (there its search is the only evidence), or, where
+    Square is their rival (``rivals``, per unit), a gradient family did: on such a model the gradient families'
+    margins do not say where Square's longer search breaks, only that the boundary is near. At tau >= 1 every sample
+    is near for both (the widest round takes every still-robust sample)."""
     g = np.asarray(left_gradient, dtype=float)
     f = np.asarray(left_free, dtype=float)
     if tau >= 1:
         every = np.ones(len(g), dtype=bool)
         return every, every.copy()
-    return g <= tau, (f <= tau) | (f < g)
+    return g <= tau, (f <= tau) | (f < g) | (np.asarray(rivals, dtype=bool) & (g <= tau))
+
+
+def rivals(left_gradient: np.ndarray, left_free: np.ndarray, robust: np.ndarray, tol: int) -> bool:
+    """Square came nearer than the gradient families on more still-robust samples than the tolerance: the gradient
+    families are not everywhere the nearer search, so their nearness is also Square's."""
+    g, f = np.asarray(left_gradient, dtype=float), np.asarray(left_free, dtype=float)
+    return int((np.asarray(robust, dtype=bool) & (f < g)).sum()) > int(tol)
 
 
 def owed(ev: pd.DataFrame) -> np.ndarray:
@@ -74,7 +87,8 @@ def owed(ev: pd.DataFrame) -> np.ndarray:
     out = np.zeros(len(ev), dtype=bool)
     for tau in np.unique(ev["tau"].to_numpy(float)):
         at = ev["tau"].to_numpy(float) == tau
-        g, f = near(ev["left_gradient"].to_numpy(float)[at], ev["left_free"].to_numpy(float)[at], float(tau))
+        g, f = near(ev["left_gradient"].to_numpy(float)[at], ev["left_free"].to_numpy(float)[at], float(tau),
+                    ev["rivals"].to_numpy(bool)[at])
         out[at] = (g & ~ev["full_gradient"].to_numpy(bool)[at]) | (f & ~ev["full_free"].to_numpy(bool)[at])
     return out & ev["robust"].to_numpy(bool)
 
