@@ -246,3 +246,21 @@ def test_a_unit_and_its_condition_are_judged_by_the_same_function():
     status, detail = condition_verdict(g)
     assert status == NOT_CONVERGED and "still broke 3" in detail and "3 of 3 work units converged" in detail
     assert condition_verdict(g[g["unit"] == "u0"])[0] == CONVERGED
+
+
+def test_a_condition_reads_each_units_rival_flag_from_its_records():
+    """``converge_rivals`` (design 12) enters the condition's evidence per unit: a unit where Square was a rival owes
+    Square's budget to its gradient-near samples; records without the column (design 11) owe none."""
+    from robustbench_pid.results.summaries.converge import condition_verdict, evidence
+
+    rows = [{"unit": "u0", "correct_top1": True, "grad_unavailable": False, "converge_grad_misleads": False,
+             "margin_clean": 1.0, "margin_gradient": 0.03 if i < 2 else 0.5, "margin_free": 0.9,
+             "converge_full_gradient": i < 2, "converge_full_free": False, "converge_last_broke": False,
+             "converge_tau": 1 / 16, "converge_unstable": False, "converge_batch_dependent": False,
+             "converge_rivals": True, "converge_status": CONVERGED, "converge_detail": "ok",
+             "params": '{"ladder": {"tol_share": 0.001, "tol_min": 0}}'} for i in range(300)]
+    g = pd.DataFrame(rows)
+    assert bool(evidence(g)["rivals"].all())
+    status, detail = condition_verdict(g)
+    assert status == NOT_CONVERGED and "2 near still-robust sample(s) did not get" in detail
+    assert condition_verdict(g.drop(columns="converge_rivals"))[0] == CONVERGED
