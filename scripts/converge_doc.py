@@ -332,6 +332,7 @@ def render(out: Path) -> str:
         f"the cell is run again.",
         *_chunking(bench),
         _table(bench, out),
+        _rivals(out, bench),
         "What each rung of the ladder spent and broke (rounds >= 2 attack only the still-robust samples nearest the "
         "boundary; passes are means over all n samples of the cell, so the rungs add up to the ladder's total):",
         _rungs(out, bench),
@@ -344,6 +345,25 @@ def render(out: Path) -> str:
         "Incomplete optimisation at other thresholds (precision / recall for \"a later rung broke it\"; the base "
         "rate is the precision of a flag that carries no information):",
         _tau_sweep(out)])
+
+
+def _rivals(out: Path, bench: pd.DataFrame) -> str:
+    """In which cells Square was the gradient families' rival (design 12: it came nearer than they did on more
+    samples than the tolerance, so the samples they brought near also got Square's full budget), from the records."""
+    from robustbench_pid.results.store import load_records
+
+    hit, unknown = [], []
+    for r in bench.itertuples():
+        rec = load_records(cell_dir(out, r.model, str(r.eps)) / "converge")
+        c = rec[rec["attack"] == "converge"]
+        if "converge_rivals" not in c.columns:
+            unknown.append(f"{r.model} {r.eps}")
+        elif c["converge_rivals"].fillna(False).astype(bool).any():
+            hit.append(f"{r.model} {r.eps}")
+    text = (f"Square was the gradient families' rival (it came nearer than they did on more still-robust samples than "
+            f"the tolerance, so the samples they brought near also got Square's full budget) in {len(hit)} of "
+            f"{len(bench) - len(unknown)} cells{': ' + ', '.join(hit) if hit else ''}.")
+    return text + (f" Not recorded (a run of an earlier design): {', '.join(unknown)}." if unknown else "")
 
 
 def _chunking(bench: pd.DataFrame) -> List[str]:
