@@ -96,5 +96,5 @@ class Ladder:
             "misleads": self.misleading.numpy().astype(bool), "left_gradient": self.left("gradient").numpy(),
             "left_free": self.left("free").numpy(), "full_gradient": (self.full["gradient"] | broken).numpy(),
             "full_free": (self.full["free"] | broken).numpy(), "last_broke": self.last_broke.numpy().copy(),
-            "tau": np.full(n, float(self.tau)), "rivals": np.full(n, bool(self.rivals)), "random": np.full(n, bool(unstable)),
-            "batch": np.full(n, bool(batch_dependent))})
+            "tau": np.full(n, float(self.tau)), "rivals": np.full(n, bool(self.rivals)),
+            "random": np.full(n, bool(unstable)), "batch": np.full(n, bool(batch_dependent))})

@@ -16,7 +16,7 @@ statuses. The evidence table has one row per sample and these columns:
 - ``last_broke``: the last round of its work unit broke it;
 - ``tau``: its work unit's final tau;
 - ``rivals``: in its work unit Square came nearer than the gradient families on more still-robust samples than the
-  tolerance (``rivals``), so the gradient families' margins do not rank where Square breaks;
+  tolerance (:func:`rivals`), so the gradient families' margins do not rank where Square breaks;
 - ``random`` / ``batch``: its unit's outputs are random / depend on the batch.
 """
 from __future__ import annotations
