@@ -369,7 +369,8 @@ def test_tau_doubles_while_the_last_round_breaks_more_than_the_tolerance_skippin
     breaks = {f"apgd-t@{r}": 2 for r in range(2, 9)}
     heard = []
 
-    def on_round(r, scopes):
+    def on_round(r, scopes, rungs):
+        assert all(rung.round == r for rung in rungs)
         heard.append((r, int(scopes["gradient"].sum()), int(scopes["free"].sum())))
 
     run, seen = _fake(breaks, g, f)
@@ -615,13 +616,13 @@ def test_a_reduced_ladder_says_so_in_its_status_and_rung_settings():
 
 
 def test_the_ladder_settings_are_checked_where_they_enter():
-    """Eleven settings; a key of an earlier design is unknown; ``near`` is a share in (0, 1]; Square's full budget
-    continues round 1's run, so it is at least round 1's queries."""
+    """Twelve settings; a key of an earlier design is unknown; ``near`` is a share in (0, 1], ``edge`` one in [0, 1);
+    Square's full budget continues round 1's run, so it is at least round 1's queries."""
     from dataclasses import fields
 
-    assert [f.name for f in fields(LadderSpec)] == ["tol_share", "tol_min", "near", "steps", "pool", "sweep_steps",
-                                                    "square_queries", "square_budget", "eot_iter", "spsa_iterations",
-                                                    "spsa_samples"]
+    assert [f.name for f in fields(LadderSpec)] == ["tol_share", "tol_min", "near", "edge", "steps", "pool",
+                                                    "sweep_steps", "square_queries", "square_budget", "eot_iter",
+                                                    "spsa_iterations", "spsa_samples"]
     for key in ("fab_steps", "rounds", "targets", "near_share", "near_min", "cap_free", "lookahead", "square_growth",
                 "continue_rounds", "edge_tries", "near_miss", "unstable_rtol", "eot_steps"):
         with pytest.raises(UserError, match=f"unknown --converge-opt key\\(s\\) '{key}'; valid: tol_share, tol_min"):
@@ -632,6 +633,11 @@ def test_the_ladder_settings_are_checked_where_they_enter():
         with pytest.raises(UserError, match=r"near must be a share of the clean margin in \(0, 1\]"):
             LadderSpec.from_options({"near": bad})
     assert LadderSpec.from_options({"near": 1}).near == 1.0 and LadderSpec.from_options({"near": "0.25"}).near == 0.25
+    for bad in (-0.01, 1, float("nan")):
+        with pytest.raises(UserError, match=r"edge must be a share of the clean margin in \[0, 1\), got .*\(0: no fresh"):
+            LadderSpec.from_options({"edge": bad})
+    assert LadderSpec.from_options({"edge": 0}).edge == 0.0 and LadderSpec.from_options({"edge": 0}).reductions() == [
+        "edge 0 < 0.015625"]
     with pytest.raises(UserError, match=r"square_budget \(400\) must be at least square_queries \(500\)"):
         LadderSpec.from_options({"square_budget": 400})
     with pytest.raises(UserError, match=r"square_budget \(999\) must be at least square_queries \(1000\)"):
@@ -1074,8 +1080,8 @@ def test_the_condition_level_rule_sees_what_small_units_leave_to_their_last_roun
                           {"margin_gradient": {5: 0.4}, "converge_tau": 1 / 8},  # 0.1 <= 1/8
                           {"margin_gradient": {5: 0.4}}])  # 0.1 > 1/16: not near in its unit
     assert condition_verdict(owed)[0] == NOT_CONVERGED
-    assert condition_verdict(owed)[1].startswith("2 near still-robust sample(s) did not get a family's full budget "
-                                                 "(tolerance 1)")
+    assert condition_verdict(owed)[1].startswith("2 near or edge still-robust sample(s) did not get a family's full "
+                                                 "budget or their fresh start (tolerance 1)")
     served = _unit_records([{"margin_gradient": {5: 0.2}, "converge_full_gradient": {5: True}},
                             {"margin_gradient": {5: 0.4}, "converge_tau": 1 / 8},
                             {"margin_gradient": {5: 0.4}}])

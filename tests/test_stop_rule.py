@@ -41,7 +41,8 @@ def table(n: int, **cols) -> pd.DataFrame:
     base = {"robust": np.ones(n, bool), "no_gradient": np.zeros(n, bool), "misleads": np.zeros(n, bool),
             "left_gradient": np.full(n, 0.5), "left_free": np.full(n, 0.9), "full_gradient": np.zeros(n, bool),
             "full_free": np.zeros(n, bool), "last_broke": np.zeros(n, bool), "tau": np.full(n, 1 / 16),
-            "rivals": np.zeros(n, bool), "random": np.zeros(n, bool), "batch": np.zeros(n, bool)}
+            "rivals": np.zeros(n, bool), "edge": np.full(n, 1 / 64), "restarted": np.zeros(n, bool),
+            "random": np.zeros(n, bool), "batch": np.zeros(n, bool)}
     base.update({k: np.asarray(v) for k, v in cols.items()})
     return pd.DataFrame(base)
 
@@ -81,7 +82,7 @@ def test_the_rule_is_one_block_of_at_most_150_words_and_the_ladders_docstring_ca
     text = rule_text()
     assert len(text.split()) <= 150
     assert " ".join(text.split()) in " ".join(ladder_pkg.__doc__.split())
-    assert len(sentences()) == 6
+    assert len(sentences()) == 7
 
 
 def test_the_rule_has_at_most_12_settings_and_no_constant_named_after_a_grid_sample():
@@ -96,7 +97,7 @@ def test_the_rule_has_at_most_12_settings_and_no_constant_named_after_a_grid_sam
 def test_round_1_runs_apgd_t_on_9_ranked_targets_apgd_ce_and_square_on_every_still_robust_sample():
     """Sentence 1: APGD-T 12 iterations on each of 9 ranked targets, APGD-CE 100, Square 500 queries; each on the
     samples still robust after the rungs before it (FAB-T has no round-1 run)."""
-    assert sentences()[0].startswith("Round 1 runs APGD-T 12 iterations on each of 9 ranked targets")
+    assert sentences()[0].startswith("Round 1 runs APGD-T 12 iterations x 9 targets, APGD-CE 100, Square 500 queries")
     lad, seen = climbed(200, {"apgd-t": 10, "apgd-ce": 5})
     first = [(r.id, r.describe().split(" (")[0], len(i)) for r, i in seen if r.round == 1]
     assert first == [("apgd-t", "APGD-T-12", 200), ("apgd-ce", "APGD-CE-100", 190), ("square", "Square-500", 185)]
@@ -107,7 +108,7 @@ def test_round_1_runs_apgd_t_on_9_ranked_targets_apgd_ce_and_square_on_every_sti
 
 def test_a_sample_is_near_for_the_gradient_families_when_one_left_at_most_tau_and_for_square_when_it_did_or_came_nearer():
     """Sentence 2, on the pure function both the ladder and the verdict use."""
-    assert sentences()[1].startswith("A sample is near at tau for the gradient families")
+    assert sentences()[1].startswith("A sample is near at tau (first 1/16) for the gradient families")
     g = np.array([0.05, 0.07, 0.5, 0.5, np.inf])
     f = np.array([0.9, 0.9, 0.06, 0.4, 0.3])
     grad, free = near(g, f, 1 / 16)
@@ -133,7 +134,7 @@ def test_where_square_came_nearer_on_more_samples_than_the_tolerance_the_gradien
     lad, seen = climbed(n, {}, mg, mf)
     sq = [set(i) for r, i in seen if r.id == "square@2"]
     assert sq == [{0, 1, 2, 50}] and lad.rivals and lad.status == CONVERGED
-    assert bool(lad.evidence(torch.zeros(n, dtype=torch.bool), False, False)["rivals"].all())
+    assert bool(lad.evidence(torch.zeros(n, dtype=torch.bool), False, False, 1 / 64)["rivals"].all())
     lad, seen = climbed(n, {}, mg, mf, spec=LadderSpec(tol_min=1))
     assert [set(i) for r, i in seen if r.id == "square@2"] == [{50}] and not lad.rivals
     # the verdict reads the flag: without Square's budget on the gradient-near samples, a rival unit is owed it
@@ -141,7 +142,7 @@ def test_where_square_came_nearer_on_more_samples_than_the_tolerance_the_gradien
                full_free=[False, False, True])
     assert verdict(ev, 0)[0] == CONVERGED
     status, why = verdict(ev.assign(rivals=True), 0)
-    assert status == NOT_CONVERGED and "1 near still-robust sample(s) did not get" in why
+    assert status == NOT_CONVERGED and "1 near or edge still-robust sample(s) did not get" in why
 
 
 def test_each_later_round_gives_near_samples_each_familys_full_autoattack_budget_once():
@@ -174,7 +175,7 @@ def test_each_later_round_gives_near_samples_each_familys_full_autoattack_budget
 def test_while_the_last_round_broke_more_than_the_tolerance_tau_doubles_up_to_every_sample():
     """Sentence 4: rounds at tau 1/16, 1/8, 1/4 ... while each broke more than the tolerance, 0.1% of n; a tau that
     adds no sample is skipped; after tau 1 (every sample) the ladder stops, not converged if that round still broke."""
-    assert sentences()[3].startswith("While the last round broke more than the tolerance, 0.1% of n,")
+    assert sentences()[3].startswith("While the last round broke over the tolerance, 0.1% of n,")
     spec = LadderSpec()
     assert [spec.tolerance(k) for k in (360, 999, 1000, 3000)] == [0, 0, 1, 3]
     assert tolerance(999, 0.001, 1) == 1  # a floor the user asks for (a reduced ladder)
@@ -191,9 +192,41 @@ def test_while_the_last_round_broke_more_than_the_tolerance_tau_doubles_up_to_ev
     assert lad.tau == 1 / 8 and lad.status == CONVERGED and max(r.round for r, _ in seen) == 3
 
 
+def test_then_edge_samples_within_1_64_of_their_clean_margin_get_every_full_budget_afresh():
+    """Sentence 5: after the near rounds, a still-robust sample some family left within 1/64 of its clean margin gets
+    one more round of every family's whole budget as a new run (APGD-CE's 100 and Square's 5,000 queries from a new
+    start); what that round breaks neither widens tau nor counts as the last round; the verdict owes it otherwise."""
+    assert sentences()[4] == "Then edge samples, within 1/64 of their clean margin, get every full budget afresh."
+    assert LadderSpec().edge == 1 / 64
+    n = 100
+    mg = torch.full((n,), 0.5)
+    mg[0], mg[1] = 0.01, 0.03  # sample 0 on the edge, sample 1 only near
+    mf = torch.full((n,), 0.9)
+    mf[2] = 0.012  # on the edge for Square alone
+    lad, seen = climbed(n, {"apgd-ce@3": 1}, mg, mf)
+    fresh = {r.id: (r, set(i)) for r, i in seen if r.round == 3}
+    assert sorted(fresh) == ["apgd-ce@3", "apgd-t@3", "fab-t@3", "square@3"]
+    assert fresh["apgd-ce@3"][1] == {0, 2} and fresh["apgd-ce@3"][0].params["steps"] == 100
+    assert fresh["square@3"][1] == {2} and fresh["square@3"][0].params["n_queries"] == 5000  # 0 broke first
+    assert fresh["square@3"][0].resume is None and fresh["apgd-t@3"][0].order is None
+    assert max(r.round for r, _ in seen) == 3 and lad.tau == 1 / 16  # it broke 1 > tolerance 0: no widening
+    assert lad.status == CONVERGED and not bool(lad.last_broke.any()) and lad.broken_by[0] == "apgd-ce@3"
+    assert lad.restarted.tolist()[:3] == [True, False, True]
+    ev = lad.evidence(torch.zeros(n, dtype=torch.bool), False, False, 1 / 64)
+    assert bool(ev["restarted"][2]) and float(ev["edge"][0]) == 1 / 64
+    lad, seen = climbed(n, {}, mg, mf, spec=LadderSpec(edge=0))  # no edge: no fresh round, a reduced ladder
+    assert max(r.round for r, _ in seen) == 2 and lad.status.startswith("converged (reduced ladder (edge 0 <")
+    # the verdict: an edge sample without its fresh start is owed one, beyond the tolerance
+    edge = table(3, left_gradient=[0.01, 0.5, 0.5], full_gradient=[True, False, False])
+    status, why = verdict(edge, 0)
+    assert status == NOT_CONVERGED and "1 near or edge still-robust sample(s)" in why
+    assert verdict(edge.assign(restarted=[True, False, False]), 0)[0] == CONVERGED
+    assert verdict(edge.assign(edge=0.0), 0)[0] == CONVERGED  # records of an earlier design: no edge
+
+
 def test_converged_when_the_last_round_broke_at_most_the_tolerance_and_every_near_sample_had_its_budget():
-    """Sentence 5, on hand-made tables."""
-    assert sentences()[4].startswith("Converged: the last round broke at most the tolerance")
+    """Sentence 6, on hand-made tables."""
+    assert sentences()[5].startswith("Converged: the last near round broke at most the tolerance")
     full = dict(left_gradient=[0.05, 0.5, 0.5], full_gradient=[True, False, False])
     assert verdict(table(3, **full), 1)[0] == CONVERGED
     assert verdict(table(3, **full, last_broke=[False, True, False]), 1)[0] == CONVERGED  # 1 <= tolerance 1
@@ -201,14 +234,14 @@ def test_converged_when_the_last_round_broke_at_most_the_tolerance_and_every_nea
     assert status == NOT_CONVERGED and "still broke 2" in why
     # near samples without their budget, beyond the tolerance
     status, why = verdict(table(3, left_gradient=[0.05, 0.01, 0.5], left_free=[0.9, 0.9, 0.3]), 1)
-    assert status == NOT_CONVERGED and "3 near still-robust sample(s) did not get" in why
+    assert status == NOT_CONVERGED and "3 near or edge still-robust sample(s) did not get" in why
     assert verdict(table(3), 1, ["steps 25 < 100"])[0] == "converged (reduced ladder (steps 25 < 100)"
     assert verdict(table(2, robust=[False, False]), 1) == (CONVERGED, "no sample is left robust")
 
 
 def test_beyond_the_tolerance_no_usable_gradients_or_a_flagging_probe_make_an_upper_bound_random_or_batch_dependent_outputs_not_converged():
-    """Sentence 6. Square coming nearer than the gradient families is no such evidence (it gets its full budget)."""
-    assert sentences()[5].startswith("Beyond the tolerance, samples without usable gradients")
+    """Sentence 7. Square coming nearer than the gradient families is no such evidence (it gets its full budget)."""
+    assert sentences()[6].startswith("Beyond the tolerance: unusable gradients or a flagging probe")
     assert verdict(table(4, no_gradient=[True, True, False, False]), 1)[0] == UPPER_BOUND
     assert verdict(table(4, no_gradient=[True, False, False, False]), 1)[0] == CONVERGED
     assert verdict(table(4, misleads=[True, True, False, False]), 1)[0] == MISLED
@@ -262,5 +295,25 @@ def test_a_condition_reads_each_units_rival_flag_from_its_records():
     g = pd.DataFrame(rows)
     assert bool(evidence(g)["rivals"].all())
     status, detail = condition_verdict(g)
-    assert status == NOT_CONVERGED and "2 near still-robust sample(s) did not get" in detail
+    assert status == NOT_CONVERGED and "2 near or edge still-robust sample(s) did not get" in detail
     assert condition_verdict(g.drop(columns="converge_rivals"))[0] == CONVERGED
+
+
+def test_a_condition_reads_each_units_edge_share_and_fresh_starts_from_its_records():
+    """``converge_edge`` and ``converge_restarted`` (design 13) enter the condition's evidence: a sample on the edge
+    without its fresh start is owed one; records without the columns (design 12 and before) owe none."""
+    from robustbench_pid.results.summaries.converge import condition_verdict, evidence
+
+    rows = [{"unit": "u0", "correct_top1": True, "grad_unavailable": False, "converge_grad_misleads": False,
+             "margin_clean": 2.0, "margin_gradient": 0.02 if i == 0 else 1.0, "margin_free": 1.8,
+             "converge_full_gradient": i == 0, "converge_full_free": False, "converge_last_broke": False,
+             "converge_tau": 1 / 16, "converge_unstable": False, "converge_batch_dependent": False,
+             "converge_rivals": False, "converge_edge": 1 / 64, "converge_restarted": False,
+             "converge_status": CONVERGED, "converge_detail": "ok",
+             "params": '{"ladder": {"tol_share": 0.001, "tol_min": 0}}'} for i in range(300)]
+    g = pd.DataFrame(rows)
+    assert evidence(g)["edge"].tolist() == [1 / 64] * 300
+    status, detail = condition_verdict(g)  # 0.02 / 2.0 = 1% of the clean margin: on the edge, no fresh start
+    assert status == NOT_CONVERGED and "1 near or edge still-robust sample(s)" in detail
+    assert condition_verdict(g.assign(converge_restarted=[True] + [False] * 299))[0] == CONVERGED
+    assert condition_verdict(g.drop(columns=["converge_edge", "converge_restarted"]))[0] == CONVERGED

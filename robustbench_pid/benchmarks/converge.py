@@ -220,11 +220,11 @@ class Converge(Benchmark):
         ctx.spend(work_of(max(0.0, probe_f - probe_b), probe_b))
         where = f"converge eps={eps_text(unit.eps, norm)} [{unit.start}:{unit.stop}]"
 
-        def on_round(r: int, scopes: Dict[str, torch.Tensor]) -> None:
+        def on_round(r: int, scopes: Dict[str, torch.Tensor], rungs: List[Any]) -> None:
             """The round's planned passes, made room for on the bar (``passes`` prices round 1's families only; the
             EOT and SPSA rungs and the later rounds are decided as the ladder runs)."""
             cost = 0.0
-            for rung in planned_round(spec, float(unit.eps), r, unstable or random_grads, bool(no_grad.any()), norm):
+            for rung in rungs:
                 scope = scopes["no-gradient"] if rung.scope == "no-gradient" else scopes[rung.kind]
                 f, b = make_attack(rung.attack, **rung.params).passes()
                 cost += int((ladder.robust & scope).sum()) * work_of(f + 1, b)
@@ -336,10 +336,12 @@ def evidence_columns(ladder: Ladder, spec: LadderSpec, unstable: bool, random_gr
     """The stop rule's evidence per sample, kept in the records so a condition is judged from them as each unit was
     (``results/summaries/converge.py``): the lowest margins the gradient families and the random search reached
     (and the clean one), the probe's flag, which kinds' full budget the sample had, whether the unit's last round
-    broke it, the unit's last tau, and whether Square was the gradient families' rival there."""
+    broke it, the unit's last tau, whether Square was the gradient families' rival there, the edge share and which
+    samples had their fresh start."""
     return {"margin_clean": ladder.clean_margin.numpy(), "margin_gradient": ladder.margin["gradient"].numpy(),
             "margin_free": ladder.margin["free"].numpy(), "converge_grad_misleads": ladder.misleading.clone(),
             "converge_full_gradient": ladder.full["gradient"].clone(), "converge_full_free": ladder.full["free"].clone(),
             "converge_last_broke": ladder.last_broke.clone(), "converge_tau": float(ladder.tau),
-            "converge_rivals": bool(ladder.rivals),
+            "converge_rivals": bool(ladder.rivals), "converge_edge": float(spec.edge),
+            "converge_restarted": ladder.restarted.clone(),
             "converge_random_gradients": bool(random_grads)}

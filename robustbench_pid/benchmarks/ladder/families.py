@@ -8,6 +8,7 @@ left (the loop in ``stop.py`` only asks each family for its rung and runs it on 
 - FAB-T (``boundary``): no round-1 run (round 1 is the three fast finders of near samples; on the design grid one
   target x 50 in round 1 broke at most one sample a cell in design 10's runs, for 11-18% of round 1's
   backward passes); its full budget is AutoAttack's 9 targets x 100.
+- Every family's ``fresh`` rung is its whole AutoAttack budget as a new run (an edge sample's fresh start).
 - Square (``free``): 500 queries in round 1; its full budget continues each sample's search from its best point to
   5,000 queries (the L-inf Square's points are ``clip(x + eps * s)``, so the sign pattern restores the point, and
   the square-size schedule goes on where it stopped: AutoAttack's one 5,000-query run, paused). Its L2 form keeps no
@@ -37,6 +38,10 @@ class Family:
 
     def full(self, spec: LadderSpec, eps: float, r: int, norm: str) -> Optional[Rung]:
         return None
+
+    def fresh(self, spec: LadderSpec, eps: float, r: int, norm: str) -> Optional[Rung]:
+        """The family's whole AutoAttack budget as a new run, for an edge sample's fresh start in round ``r``."""
+        return self.full(spec, eps, r, norm)
 
     def prepare(self, rung: Rung, kept: Dict[str, Any], idx: torch.Tensor, spec: LadderSpec) -> Rung:
         return rung
@@ -83,6 +88,9 @@ class CrossEntropy(Family):
     def first(self, spec: LadderSpec, eps: float, norm: str) -> Rung:
         return self._rung("apgd_ce", {"eps": eps, "steps": spec.steps}, 1, norm)
 
+    def fresh(self, spec: LadderSpec, eps: float, r: int, norm: str) -> Rung:
+        return self._rung("apgd_ce", {"eps": eps, "steps": spec.steps}, r, norm)
+
 
 class Boundary(Family):
     name, base = "boundary", "fab-t"
@@ -100,6 +108,9 @@ class Free(Family):
     def full(self, spec: LadderSpec, eps: float, r: int, norm: str) -> Optional[Rung]:
         more = spec.square_budget - spec.square_queries if norm == "linf" else spec.square_budget
         return self._rung("square", {"eps": eps, "n_queries": max(1, more)}, r, norm)
+
+    def fresh(self, spec: LadderSpec, eps: float, r: int, norm: str) -> Rung:
+        return self._rung("square", {"eps": eps, "n_queries": spec.square_budget}, r, norm)
 
     def prepare(self, rung: Rung, kept: Dict[str, Any], idx: torch.Tensor, spec: LadderSpec) -> Rung:
         signs, done = kept.get("signs"), kept.get("done")
@@ -126,10 +137,11 @@ FAMILIES = tuple(f.name for f in ORDER)
 
 
 def planned_round(spec: LadderSpec, eps: float, r: int, unstable: bool, no_grad: bool,
-                  norm: str = "linf") -> List[Rung]:
+                  norm: str = "linf", fresh: bool = False) -> List[Rung]:
     """The rungs of round ``r`` in order: round 1, each family's first run (after the EOT rungs where repeated passes
     or gradients are random; SPSA after them where some sample has no usable gradient, under L-inf: under L2 those
-    are left to Square); round r >= 2, each family's full budget."""
+    are left to Square); round r >= 2, each family's full budget (``fresh``: each family's whole budget as a new run,
+    APGD-CE's included: the edge samples' fresh start)."""
     out: List[Rung] = []
     if r == 1:
         n = (lambda a: a) if norm == "linf" else (lambda a: f"{a}_{norm}")
@@ -141,4 +153,6 @@ def planned_round(spec: LadderSpec, eps: float, r: int, unstable: bool, no_grad:
             out.append(Rung("spsa", "spsa", {"eps": eps, "iterations": spec.spsa_iterations,
                                              "n_samples": spec.spsa_samples}, scope="no-gradient"))
         return out
+    if fresh:
+        return [rung for f in ORDER if (rung := f.fresh(spec, eps, r, norm)) is not None]
     return [rung for f in ORDER if (rung := f.full(spec, eps, r, norm)) is not None]

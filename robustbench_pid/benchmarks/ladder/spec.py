@@ -3,7 +3,9 @@ converge unit's key, so another setting is another condition and a run folder is
 
 Why these defaults: the full budgets are AutoAttack standard's per family (APGD-CE 100 iterations, APGD-T and FAB-T
 9 targets x 100, Square 5,000 queries); round 1's small budgets and ``near`` were chosen on the design grid
-(docs/attacks.md), where round 1 and the first near round fit the cost criteria."""
+(docs/attacks.md), where round 1 and the first near round fit the cost criteria; ``edge``, a quarter of tau's start,
+on the same grid (design 13: the samples left above AutoAttack there had been left within 0.3% of their clean
+margin, and at most 5 samples of 360 a cell lay within 1/64)."""
 from __future__ import annotations
 
 import math
@@ -14,7 +16,7 @@ from ...errors import UserError
 from ...results.summaries.stop_rule import tolerance
 
 MAX_TOL_SHARE, MAX_TOL_MIN = 0.05, 10  # the loosest stop rule accepted: 5% of a unit's samples, 10 samples
-_NOT_BUDGETS = ("tol_share", "near", "tol_min")  # shares, and a count that may be 0: checked on their own
+_NOT_BUDGETS = ("tol_share", "near", "tol_min", "edge")  # shares, and a count that may be 0: checked on their own
 
 
 @dataclass(frozen=True)
@@ -24,6 +26,7 @@ class LadderSpec:
     tol_share: float = 0.001  # the last round may break at most this share of the samples ...
     tol_min: int = 0  # ... or this many, whichever is larger (0: the share alone, design 12)
     near: float = 0.0625  # tau's start: near = at most this share of the clean verdict margin left (doubles)
+    edge: float = 0.015625  # a sample left within this share gets every full budget again, afresh (0: never)
     steps: int = 100  # APGD-CE's iterations; APGD-T's and FAB-T's per target in the full budget (AutoAttack)
     pool: int = 9  # ranked target classes: round 1's sweep and the full budget (AutoAttack's 9)
     sweep_steps: int = 12  # round 1's APGD-T: every ranked target, this many iterations each
@@ -65,6 +68,9 @@ class LadderSpec:
                             f"a larger tolerance on large work units, raise --converge-tol, a share)")
         if not (math.isfinite(self.near) and 0 < self.near <= 1):
             raise UserError(f"--converge-opt near must be a share of the clean margin in (0, 1], got {self.near}")
+        if not (math.isfinite(self.edge) and 0 <= self.edge < 1):
+            raise UserError(f"--converge-opt edge must be a share of the clean margin in [0, 1), got {self.edge} (0: no "
+                            f"fresh starts)")
         for f in fields(self):
             if f.name not in _NOT_BUDGETS and getattr(self, f.name) < 1:
                 raise UserError(f"--converge-opt {f.name} must be >= 1, got {getattr(self, f.name)}")

@@ -32,6 +32,7 @@ class Ladder:
     clean_margin: Optional[torch.Tensor] = None  # the verdict margin at the clean point (set by the benchmark)
     misleading: Optional[torch.Tensor] = None  # per sample: the gradient probe flagged it
     full: Dict[str, torch.Tensor] = field(default_factory=dict)  # per kind: the sample had that kind's full budget
+    restarted: Optional[torch.Tensor] = None  # per sample: it had every family's budget again, afresh (an edge sample)
     kept: Dict[str, Dict[str, Any]] = field(default_factory=dict)  # per family: what it continues from
     last_broke: Optional[torch.Tensor] = None  # per sample: broken by the last round that ran
     tau: float = 0.0  # the last round's tau (the stop rule's)
@@ -47,6 +48,8 @@ class Ladder:
             self.misleading = torch.zeros(n, dtype=torch.bool)
         if self.last_broke is None:
             self.last_broke = torch.zeros(n, dtype=torch.bool)
+        if self.restarted is None:
+            self.restarted = torch.zeros(n, dtype=torch.bool)
         for kind in KINDS:
             self.margin.setdefault(kind, torch.full((n,), float("inf")))
             self.full.setdefault(kind, torch.zeros(n, dtype=torch.bool))
@@ -87,7 +90,7 @@ class Ladder:
             return torch.full_like(m, float("inf"))
         return torch.as_tensor(share_left(m.numpy(), self.clean_margin.float().numpy()), dtype=torch.float32)
 
-    def evidence(self, no_grad: torch.Tensor, unstable: bool, batch_dependent: bool) -> pd.DataFrame:
+    def evidence(self, no_grad: torch.Tensor, unstable: bool, batch_dependent: bool, edge: float) -> pd.DataFrame:
         """The stop rule's evidence table (``results/summaries/stop_rule.py``), one row per sample."""
         n = len(self.robust)
         broken = ~self.robust
@@ -97,4 +100,5 @@ class Ladder:
             "left_free": self.left("free").numpy(), "full_gradient": (self.full["gradient"] | broken).numpy(),
             "full_free": (self.full["free"] | broken).numpy(), "last_broke": self.last_broke.numpy().copy(),
             "tau": np.full(n, float(self.tau)), "rivals": np.full(n, bool(self.rivals)),
+            "edge": np.full(n, float(edge)), "restarted": self.restarted.numpy().copy(),
             "random": np.full(n, bool(unstable)), "batch": np.full(n, bool(batch_dependent))})

@@ -2,18 +2,18 @@
 the last round broke more than the tolerance; the verdict is the stop rule's (``results/summaries/stop_rule.py``)."""
 from __future__ import annotations
 
-from typing import Callable, Dict, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 import torch
 
-from ...results.summaries.stop_rule import near, rivals, verdict
+from ...results.summaries.stop_rule import near, on_edge, rivals, verdict
 from .families import BY_NAME, planned_round
-from .rungs import RungResult
+from .rungs import Rung, RungResult
 from .spec import LadderSpec
 from .state import Ladder
 
 RunAttack = Callable[[object, torch.Tensor], RungResult]
-OnRound = Callable[[int, Dict[str, torch.Tensor]], None]
+OnRound = Callable[[int, Dict[str, torch.Tensor], List[Rung]], None]
 
 
 def climb(ladder: Ladder, spec: LadderSpec, eps: float, run: RunAttack, *, unstable: bool, no_grad: torch.Tensor,
@@ -23,7 +23,8 @@ def climb(ladder: Ladder, spec: LadderSpec, eps: float, run: RunAttack, *, unsta
 
     ``run(rung, idx)``: the rung's :class:`RungResult` for samples ``idx``. ``unstable``: the forward pass is random;
     ``random_gradients``: two backward passes at one input differ (either brings the EOT rungs). ``on_round(r,
-    scopes)`` hears each round's samples per kind as it is decided (the progress bar prices it). ``norm``: the
+    scopes, rungs)`` hears each round's samples per kind and its rungs as they are decided (the progress bar prices
+    them). ``norm``: the
     threat model (every family runs its form for it)."""
     n = len(ladder.robust)
     tol = spec.tolerance(n)
@@ -42,10 +43,21 @@ def climb(ladder: Ladder, spec: LadderSpec, eps: float, run: RunAttack, *, unsta
             ladder.full["free"] |= f
             ladder.tau = tau
             continue
-        if last <= tol or tau >= 1:
+        if last > tol and tau < 1:
+            tau = min(1.0, 2 * tau)
+            continue
+        edge = ladder.robust & ~ladder.restarted & torch.as_tensor(
+            on_edge(ladder.left("gradient").numpy(), ladder.left("free").numpy(), spec.edge))
+        if not bool(edge.any()):
             break
-        tau = min(1.0, 2 * tau)
-    ladder.status, ladder.detail = verdict(ladder.evidence(no_grad, unstable, batch_dependent), tol,
+        # the edge samples' fresh start: a second draw where one start's last steps decide, not a wider near set, so
+        # what it breaks neither widens tau nor counts as the last round; then the rule looks again
+        r += 1
+        _round(ladder, spec, eps, r, run, {"gradient": edge, "free": edge}, False, False, on_round, norm, fresh=True)
+        ladder.restarted |= edge
+        ladder.full["gradient"] |= edge
+        ladder.full["free"] |= edge
+    ladder.status, ladder.detail = verdict(ladder.evidence(no_grad, unstable, batch_dependent, spec.edge), tol,
                                            spec.reductions())
     return ladder
 
@@ -60,16 +72,18 @@ def _owed(ladder: Ladder, tau: float, tol: int) -> Tuple[torch.Tensor, torch.Ten
 
 
 def _round(ladder: Ladder, spec: LadderSpec, eps: float, r: int, run: RunAttack, scopes: Dict[str, torch.Tensor],
-           eot: bool, no_grad: bool, on_round: Optional[OnRound], norm: str) -> int:
-    """Run round ``r``'s rungs, each on the still-robust samples of its kind's scope; the samples it broke."""
+           eot: bool, no_grad: bool, on_round: Optional[OnRound], norm: str, fresh: bool = False) -> int:
+    """Run round ``r``'s rungs, each on the still-robust samples of its kind's scope; the samples it broke
+    (``fresh``: every family's whole budget as a new run, the edge samples' fresh start)."""
+    rungs = planned_round(spec, eps, r, eot, no_grad, norm, fresh)
     if on_round is not None:
-        on_round(r, scopes)
+        on_round(r, scopes, rungs)
     before = ladder.robust.clone()
-    for rung in planned_round(spec, eps, r, eot, no_grad, norm):
+    for rung in rungs:
         scope = scopes["no-gradient"] if rung.scope == "no-gradient" else scopes[rung.kind]
         idx = (ladder.robust & scope).nonzero().squeeze(1)
         if len(idx):
-            if r > 1 and rung.family in BY_NAME:  # the full budget continues from what the family kept of round 1
+            if r > 1 and not fresh and rung.family in BY_NAME:  # the full budget continues from what the family kept of round 1
                 rung = BY_NAME[rung.family].prepare(rung, ladder.kept[rung.family], idx, spec)
             res = run(rung, idx)
             ladder.charge(rung.id, idx, res.forward, res.backward)
@@ -78,5 +92,7 @@ def _round(ladder: Ladder, spec: LadderSpec, eps: float, r: int, run: RunAttack,
             if r > 1:
                 continue  # a family with no near sample of its kind has no turn in this round
         ladder.record(rung, idx, res)
-    ladder.last_broke = before & ~ladder.robust
-    return int(ladder.last_broke.sum())
+    broke = before & ~ladder.robust
+    if not fresh:
+        ladder.last_broke = broke
+    return int(broke.sum())

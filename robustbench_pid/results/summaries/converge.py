@@ -27,8 +27,8 @@ from .stop_rule import (BATCH_DEPENDENT, CONVERGED, MISLED, NOT_CONVERGED, RANDO
 # converge unit's key, so a run folder of another revision is never resumed with this one, and recorded in its
 # params, so a result of an earlier design says so (``ladder_design``). What each revision changed: docs/attacks.md,
 # "Ladder revisions" (one list, there).
-DESIGN = 12
-MAX_ROUNDS = 12  # rung ids of later rounds carry "@r"; the order below lists them up to this round
+DESIGN = 13
+MAX_ROUNDS = 16  # rung ids of later rounds carry "@r"; the order below lists them up to this round
 ROUND_RUNGS = ("apgd-t", "apgd-ce", "fab-t", "square")  # a round's rungs, in the order they run
 
 
@@ -107,6 +107,10 @@ def evidence(g: pd.DataFrame) -> Optional[pd.DataFrame]:
         "full_gradient": flag("converge_full_gradient") | ~robust, "full_free": flag("converge_full_free") | ~robust,
         "last_broke": last, "tau": pd.to_numeric(g["converge_tau"], errors="coerce").to_numpy(),
         "rivals": flag("converge_rivals"),  # design 12; absent (design 11): Square was nobody's rival
+        # design 13; absent (design 12 and before): no sample was owed a fresh start
+        "edge": (pd.to_numeric(g["converge_edge"], errors="coerce").fillna(0.0).to_numpy(float)
+                 if "converge_edge" in g.columns else np.zeros(len(g))),
+        "restarted": flag("converge_restarted"),
         "random": flag("converge_unstable"), "batch": flag("converge_batch_dependent")})
 
 

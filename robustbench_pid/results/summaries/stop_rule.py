@@ -17,6 +17,8 @@ statuses. The evidence table has one row per sample and these columns:
 - ``tau``: its work unit's final tau;
 - ``rivals``: in its work unit Square came nearer than the gradient families on more still-robust samples than the
   tolerance (:func:`rivals`), so the gradient families' margins do not rank where Square breaks;
+- ``edge``: its work unit's edge share (design 13; 0: none); ``restarted``: it had every family's full budget again
+  from a fresh start, as an edge sample (:func:`on_edge`);
 - ``random`` / ``batch``: its unit's outputs are random / depend on the batch.
 """
 from __future__ import annotations
@@ -34,7 +36,7 @@ RANDOM_OUTPUTS = "not converged: outputs are random"  # repeated passes disagree
 REDUCED = "converged (reduced ladder"  # + ": settings below the defaults)": a weaker ladder says so in its status
 STATUSES = (CONVERGED, NOT_CONVERGED, UPPER_BOUND, BATCH_DEPENDENT, MISLED, RANDOM_OUTPUTS)
 COLUMNS = ("robust", "no_gradient", "misleads", "left_gradient", "left_free", "full_gradient", "full_free",
-           "last_broke", "tau", "rivals", "random", "batch")
+           "last_broke", "tau", "rivals", "edge", "restarted", "random", "batch")
 
 
 def share_left(margin: np.ndarray, clean: np.ndarray) -> np.ndarray:
@@ -82,14 +84,24 @@ def rivals(left_gradient: np.ndarray, left_free: np.ndarray, robust: np.ndarray,
     return int((np.asarray(robust, dtype=bool) & (f < g)).sum()) > int(tol)
 
 
+def on_edge(left_gradient: np.ndarray, left_free: np.ndarray, edge: Union[float, np.ndarray]) -> np.ndarray:
+    """The samples some family left within ``edge`` of the boundary (a share of the clean margin): there the last
+    few steps of one random start decide whether the sample breaks, so one more start, fresh, may decide otherwise
+    (AutoAttack's later attacks and restarts are such starts)."""
+    g, f = np.asarray(left_gradient, dtype=float), np.asarray(left_free, dtype=float)
+    return np.minimum(g, f) <= np.asarray(edge, dtype=float)
+
+
 def owed(ev: pd.DataFrame) -> np.ndarray:
-    """Per sample: still robust, near at its unit's tau for a kind whose full budget it did not get."""
-    out = np.zeros(len(ev), dtype=bool)
+    """Per sample: still robust, near at its unit's tau for a kind whose full budget it did not get, or on the edge
+    without its fresh start."""
+    out = on_edge(ev["left_gradient"].to_numpy(float), ev["left_free"].to_numpy(float),
+                  ev["edge"].to_numpy(float)) & ~ev["restarted"].to_numpy(bool)
     for tau in np.unique(ev["tau"].to_numpy(float)):
         at = ev["tau"].to_numpy(float) == tau
         g, f = near(ev["left_gradient"].to_numpy(float)[at], ev["left_free"].to_numpy(float)[at], float(tau),
                     ev["rivals"].to_numpy(bool)[at])
-        out[at] = (g & ~ev["full_gradient"].to_numpy(bool)[at]) | (f & ~ev["full_free"].to_numpy(bool)[at])
+        out[at] |= (g & ~ev["full_gradient"].to_numpy(bool)[at]) | (f & ~ev["full_free"].to_numpy(bool)[at])
     return out & ev["robust"].to_numpy(bool)
 
 
@@ -124,8 +136,8 @@ def verdict(ev: pd.DataFrame, tol: int, reduced: Sequence[str] = ()) -> Tuple[st
                         f"finite random search proves nothing, so the robust accuracy is only an upper bound")
     k = int(owed(ev).sum())
     if k > tol:
-        return NOT_CONVERGED, (f"{k} near still-robust sample(s) did not get a family's full budget (tolerance {tol}): "
-                               f"the number is an upper bound")
+        return NOT_CONVERGED, (f"{k} near or edge still-robust sample(s) did not get a family's full budget or their "
+                               f"fresh start (tolerance {tol}): the number is an upper bound")
     broke = int(ev["last_broke"].to_numpy(bool).sum())
     taus = ev.loc[robust, "tau"].to_numpy(float)
     widest = float(np.max(taus)) if len(taus) else 0.0
