@@ -4,8 +4,8 @@ converge unit's key, so another setting is another condition and a run folder is
 Why these defaults: the full budgets are AutoAttack standard's per family (APGD-CE 100 iterations, APGD-T and FAB-T
 9 targets x 100, Square 5,000 queries); round 1's small budgets and ``near`` were chosen on the design grid
 (docs/attacks.md), where round 1 and the first near round fit the cost criteria; ``edge``, a quarter of tau's start,
-on the same grid (design 13: the samples left above AutoAttack there had been left within 0.3% of their clean
-margin, and at most 5 samples of 360 a cell lay within 1/64)."""
+on the same grid (design 13, from design 12's records: the samples it left above AutoAttack had been left within a
+fraction of a percent of their clean margin, and few samples a cell lay within 1/64)."""
 from __future__ import annotations
 
 import math
