@@ -348,8 +348,9 @@ def render(out: Path) -> str:
 
 
 def _rivals(out: Path, bench: pd.DataFrame) -> str:
-    """In which cells Square was the gradient families' rival (design 12: it came nearer than they did on more
-    samples than the tolerance, so the samples they brought near also got Square's full budget), from the records."""
+    """In which cells Square was the gradient families' rival (designs 12-14: it came nearer than they did on more
+    samples than the tolerance; since design 14 every still-robust sample then gets Square's full budget), from the
+    records."""
     from robustbench_pid.results.store import load_records
 
     hit, unknown = [], []
@@ -361,7 +362,7 @@ def _rivals(out: Path, bench: pd.DataFrame) -> str:
         elif c["converge_rivals"].fillna(False).astype(bool).any():
             hit.append(f"{r.model} {r.eps}")
     text = (f"Square was the gradient families' rival (it came nearer than they did on more still-robust samples than "
-            f"the tolerance, so the samples they brought near also got Square's full budget) in {len(hit)} of "
+            f"the tolerance, so every still-robust sample got Square's full budget) in {len(hit)} of "
             f"{len(bench) - len(unknown)} cells{': ' + ', '.join(hit) if hit else ''}.")
     return text + (f" Not recorded (a run of an earlier design): {', '.join(unknown)}." if unknown else "")
 

@@ -47,6 +47,6 @@ def test_the_committed_draws_block_is_the_rendering_of_the_committed_runs(tmp_pa
     assert draws.check(draws.cell_dir(ROOT / "docs" / "runs" / "converge", "x", "1/255").parent)
     text = draws.DOC.read_text()
     edited = tmp_path / "attacks.md"
-    edited.write_text(text.replace("converged: every criterion", "converged: every criterion!", 1))
+    edited.write_text(text.replace(": every criterion", ": every criterion!", 1))
     monkeypatch.setattr(draws, "DOC", edited)
     assert not draws.check(ROOT / "docs" / "runs" / "converge")

@@ -115,17 +115,18 @@ def test_a_sample_is_near_for_the_gradient_families_when_one_left_at_most_tau_an
     assert grad.tolist() == [True, False, False, False, False]
     assert free.tolist() == [False, False, True, True, True]  # within tau; nearer than the gradients (twice)
     assert all(m.all() for m in near(g, f, 1.0))  # tau 1: every sample
-    # where Square is the gradient families' rival, their near samples are near for Square too
-    assert near(g, f, 1 / 16, True)[1].tolist() == [True, False, True, True, True]
+    # where Square is the gradient families' rival, every sample is near for Square, however far any search stayed
+    assert near(g, f, 1 / 16, True)[1].tolist() == [True] * 5
+    assert near(g, f, 1 / 16, np.array([True, False, False, True, False]))[1].tolist() == [True, False, True, True, True]
     robust = np.ones(5, bool)
     assert rivals(g, f, robust, 2) and not rivals(g, f, robust, 3)  # nearer on 3 samples: more than 2, not than 3
     assert not rivals(g, f, np.array([True, True, False, False, False]), 0)  # only still-robust samples count
 
 
-def test_where_square_came_nearer_on_more_samples_than_the_tolerance_the_gradient_near_samples_get_squares_budget():
+def test_always_near_for_square_where_square_came_nearer_on_more_samples_than_the_tolerance():
     """Sentence 2's last clause on the ladder: one sample on which Square came nearer than the gradient families is
-    more than the tolerance of 100 samples (0), so the samples the gradient families brought near also get Square's
-    full budget; with a tolerance of 1 that one sample is within it, and they do not."""
+    more than the tolerance of 100 samples (0), so every still-robust sample gets Square's full budget, near or not
+    (design 14); with a tolerance of 1 that one sample is within it, and only it does."""
     n = 100
     mg = torch.full((n,), 0.5)
     mg[:3] = 0.03
@@ -133,16 +134,19 @@ def test_where_square_came_nearer_on_more_samples_than_the_tolerance_the_gradien
     mf[50] = 0.4
     lad, seen = climbed(n, {}, mg, mf)
     sq = [set(i) for r, i in seen if r.id == "square@2"]
-    assert sq == [{0, 1, 2, 50}] and lad.rivals and lad.status == CONVERGED
+    assert sq == [set(range(n))] and lad.rivals and lad.status == CONVERGED
+    assert [r.params["n_queries"] for r, _ in seen if r.id == "square@2"] == [4500]
     assert bool(lad.evidence(torch.zeros(n, dtype=torch.bool), False, False, 1 / 64)["rivals"].all())
     lad, seen = climbed(n, {}, mg, mf, spec=LadderSpec(tol_min=1))
     assert [set(i) for r, i in seen if r.id == "square@2"] == [{50}] and not lad.rivals
-    # the verdict reads the flag: without Square's budget on the gradient-near samples, a rival unit is owed it
+    # the verdict reads the flag: a rival unit owes Square's budget to every still-robust sample, near or far
     ev = table(3, left_gradient=[0.03, 0.5, 0.5], left_free=[0.9, 0.9, 0.4], full_gradient=[True, False, False],
                full_free=[False, False, True])
     assert verdict(ev, 0)[0] == CONVERGED
     status, why = verdict(ev.assign(rivals=True), 0)
-    assert status == NOT_CONVERGED and "1 near or edge still-robust sample(s) did not get" in why
+    assert status == NOT_CONVERGED and "2 near or edge still-robust sample(s) did not get" in why
+    assert verdict(ev.assign(rivals=True, full_free=True), 0)[0] == CONVERGED
+    assert verdict(ev.assign(rivals=True, robust=[True, False, True]), 0)[1].startswith("1 near or edge")
 
 
 def test_each_later_round_gives_near_samples_each_familys_full_autoattack_budget_once():
@@ -283,19 +287,20 @@ def test_a_unit_and_its_condition_are_judged_by_the_same_function():
 
 def test_a_condition_reads_each_units_rival_flag_from_its_records():
     """``converge_rivals`` (design 12) enters the condition's evidence per unit: a unit where Square was a rival owes
-    Square's budget to its gradient-near samples; records without the column (design 11) owe none."""
+    Square's budget to every still-robust sample (design 14); records without the column (design 11) owe none."""
     from robustbench_pid.results.summaries.converge import condition_verdict, evidence
 
     rows = [{"unit": "u0", "correct_top1": True, "grad_unavailable": False, "converge_grad_misleads": False,
              "margin_clean": 1.0, "margin_gradient": 0.03 if i < 2 else 0.5, "margin_free": 0.9,
-             "converge_full_gradient": i < 2, "converge_full_free": False, "converge_last_broke": False,
+             "converge_full_gradient": i < 2, "converge_full_free": i >= 5, "converge_last_broke": False,
              "converge_tau": 1 / 16, "converge_unstable": False, "converge_batch_dependent": False,
              "converge_rivals": True, "converge_status": CONVERGED, "converge_detail": "ok",
              "params": '{"ladder": {"tol_share": 0.001, "tol_min": 0}}'} for i in range(300)]
     g = pd.DataFrame(rows)
     assert bool(evidence(g)["rivals"].all())
     status, detail = condition_verdict(g)
-    assert status == NOT_CONVERGED and "2 near or edge still-robust sample(s) did not get" in detail
+    # the 2 the gradient families brought near and the 3 far ones without Square's 5,000 queries
+    assert status == NOT_CONVERGED and "5 near or edge still-robust sample(s) did not get" in detail
     assert condition_verdict(g.drop(columns="converge_rivals"))[0] == CONVERGED
 
 

@@ -4,10 +4,10 @@ and say which kind of number came out. The stop rule (docs/attacks.md carries th
 
 Round 1 runs APGD-T 12 iterations x 9 targets, APGD-CE 100, Square 500 queries on every still-robust sample. A
 sample is near at tau (first 1/16) for the gradient families when one left at most tau of its clean margin; for
-Square when Square did, came nearer than they, or they did where Square came nearer on more samples than the
+Square when Square did or came nearer than they, and always where Square came nearer on more samples than the
 tolerance. Later rounds give near samples each family's full AutoAttack budget once: APGD-T, FAB-T 9 targets x 100,
-Square continued to 5,000 queries. While the last round broke over the tolerance, 0.1% of n, tau doubles, up to
-every sample. Then edge samples, within 1/64 of their clean margin, get every full budget afresh. Converged: the
+Square continued to 5,000 queries. While the last round broke over the tolerance, 0.1% of n, tau doubles, to every
+sample. Then edge samples, within 1/64 of their clean margin, get every full budget afresh. Converged: the
 last near round broke at most the tolerance; near and edge samples had their budgets. Beyond the tolerance:
 unusable gradients or a flagging probe, an upper bound; random or batch-dependent outputs, not converged.
 
@@ -16,12 +16,14 @@ scaled-up logits; the targeted DLR margin (APGD-T) does not; FAB-T linearises th
 Square needs no gradient, so a model whose gradients point the wrong way fools the first three but not it. Why the
 full budget only where a family came near: the samples a stronger attack still breaks are those a weaker one brought
 closest (A^3, Liu et al. 2022), and the widening makes tau's start a question of cost, not of correctness: a round
-that still breaks more than the tolerance widens the set. Why the fresh start on the edge: a sample one start left a
+that still breaks more than the tolerance widens the set. Why Square everywhere on a model where it is the nearer
+search on more samples than the tolerance: there no margin, the gradient families' or its own 500 queries', ranks
+where its 5,000 break, so it gets them wherever AutoAttack's Square would. Why the fresh start on the edge: a sample one start left a
 hair from the boundary is decided by that start's last steps, so another start (AutoAttack's later attacks are such
 starts) may cross where the first did not; what it breaks is luck, not a sign that tau is too narrow, so it neither
 widens tau nor counts as the last round. Its promise: wherever an attack of a kind came within tau of the boundary,
-every family of that kind spent at least AutoAttack's budget, and wherever one came within the edge, every family
-spent it twice, once from a fresh start.
+every family of that kind spent at least AutoAttack's budget (Square on every sample where it is the nearer
+search), and wherever one came within the edge, every family spent it twice, once from a fresh start.
 
 Rung 0 is the user's attack, read from its row (``rung0``). The rule's verdict is one pure function of a per-sample
 evidence table, ``results/summaries/stop_rule.py``, applied per work unit and per condition.

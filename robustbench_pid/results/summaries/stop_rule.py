@@ -16,7 +16,7 @@ statuses. The evidence table has one row per sample and these columns:
 - ``last_broke``: the last round of its work unit broke it;
 - ``tau``: its work unit's final tau;
 - ``rivals``: in its work unit Square came nearer than the gradient families on more still-robust samples than the
-  tolerance (:func:`rivals`), so the gradient families' margins do not rank where Square breaks;
+  tolerance (:func:`rivals`), so no margin ranks where Square breaks: every sample is near for Square;
 - ``edge``: its work unit's edge share (design 13; 0: none); ``restarted``: it had every family's full budget again
   from a fresh start, as an edge sample (:func:`on_edge`);
 - ``random`` / ``batch``: its unit's outputs are random / depend on the batch.
@@ -65,21 +65,21 @@ def tolerance(n: int, share: float, least: int) -> int:
 def near(left_gradient: np.ndarray, left_free: np.ndarray, tau: float,
          rivals: Union[bool, np.ndarray] = False) -> Tuple[np.ndarray, np.ndarray]:
     """(near for the gradient families, near for Square) at ``tau``: a gradient family left at most tau of the clean
-    margin; Square did, or came nearer than the gradient families (there its search is the only evidence), or, where
-    Square is their rival (``rivals``, per unit), a gradient family did: on such a model the gradient families'
-    margins do not say where Square's longer search breaks, only that the boundary is near. At tau >= 1 every sample
-    is near for both (the widest round takes every still-robust sample)."""
+    margin; Square did, or came nearer than the gradient families (there its search is the only evidence), or Square
+    is their rival (``rivals``, per unit; design 14): on such a model no margin ranks where Square's longer search
+    breaks, so every sample is near for Square, as AutoAttack gives its Square every sample its gradient attacks
+    left. At tau >= 1 every sample is near for both (the widest round takes every still-robust sample)."""
     g = np.asarray(left_gradient, dtype=float)
     f = np.asarray(left_free, dtype=float)
     if tau >= 1:
         every = np.ones(len(g), dtype=bool)
         return every, every.copy()
-    return g <= tau, (f <= tau) | (f < g) | (np.asarray(rivals, dtype=bool) & (g <= tau))
+    return g <= tau, (f <= tau) | (f < g) | np.asarray(rivals, dtype=bool)
 
 
 def rivals(left_gradient: np.ndarray, left_free: np.ndarray, robust: np.ndarray, tol: int) -> bool:
     """Square came nearer than the gradient families on more still-robust samples than the tolerance: the gradient
-    families are not everywhere the nearer search, so their nearness is also Square's."""
+    families are not everywhere the nearer search, so their margins do not say where Square's search breaks."""
     g, f = np.asarray(left_gradient, dtype=float), np.asarray(left_free, dtype=float)
     return int((np.asarray(robust, dtype=bool) & (f < g)).sum()) > int(tol)
 
