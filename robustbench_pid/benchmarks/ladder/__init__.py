@@ -18,9 +18,9 @@ full budget only where a family came near: the samples a stronger attack still b
 closest (A^3, Liu et al. 2022), and the widening makes tau's start a question of cost, not of correctness: a round
 that still breaks more than the tolerance widens the set. Why Square everywhere on a model where it is the nearer
 search on more samples than the tolerance: there no margin, the gradient families' or its own 500 queries', ranks
-where its 5,000 break, so it gets them wherever AutoAttack's Square would. Why the fresh start on the edge: a sample one start left a
-hair from the boundary is decided by that start's last steps, so another start (AutoAttack's later attacks are such
-starts) may cross where the first did not; what it breaks is luck, not a sign that tau is too narrow, so it neither
+where its 5,000 break, so it gets them wherever AutoAttack's Square would. Why the fresh start on the edge: a sample
+one start left a hair from the boundary is decided by that start's last steps, so another start (AutoAttack's later
+attacks are such starts) may cross where the first did not; what it breaks is luck, not a sign that tau is too narrow, so it neither
 widens tau nor counts as the last round. Its promise: wherever an attack of a kind came within tau of the boundary,
 every family of that kind spent at least AutoAttack's budget (Square on every sample where it is the nearer
 search), and wherever one came within the edge, every family spent it twice, once from a fresh start.
