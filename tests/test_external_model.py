@@ -195,6 +195,39 @@ def test_docs_block_is_the_rendering_of_the_committed_run() -> None:
     assert doc.check() == (True, cmp_.ok)
 
 
+def test_draws_count_the_ladders_whole_budget_starts_of_the_family_that_broke_a_sample() -> None:
+    draws = _script("dispute_draws")
+    rec = pd.Series({"converge_full_free": True, "converge_restarted": True, "fwd@square": 500.0,
+                     "fwd@square@2": 4500.0, "fwd@square@4": 5000.0, "fwd@apgd-t": 110.0, "fwd@apgd-t@2": 900.0,
+                     "fwd@apgd-t@4": 900.0, "fwd@apgd-ce": 100.0, "fwd@apgd-ce@4": 100.0, "fwd@fab-t@2": 0.0,
+                     "fwd@fab-t@4": float("nan")})
+    # Square: round 1 and its continuation are one run, the edge's fresh start a second
+    assert draws.full_starts(rec, "square") == 2
+    assert draws.full_starts(rec.drop("fwd@square@4").replace({True: False}), "square") == 0
+    assert draws.full_starts(rec, "apgd-t") == 2  # round 1's 12-iteration sweep is no whole budget
+    assert draws.full_starts(rec, "apgd-ce") == 2  # round 1's APGD-CE is its whole budget
+    assert draws.full_starts(rec, "fab-t") == 0  # a rung that charged no pass did not attack the sample
+
+
+def test_draws_block_states_the_crossing_share_its_interval_and_the_chance_all_ladder_starts_missed() -> None:
+    draws = _script("dispute_draws")
+    df = pd.DataFrame([{"sample_id": 420, "attack": "square", "left_gradient": 0.024, "left_free": 0.0025,
+                        "ladder_starts": 2, "starts": 20, "seeds": "1-20", "crossed": 6, "seconds": 1.0}])
+    meta = {"starts": 20, "machine": "m", "torch": "t", "threads": 1, "date": "d"}
+    text = draws.block(df, meta, 500, 14)
+    # 6 of 20: p 0.30, Wilson 95% (0.145, 0.519) by hand; 0.3 * 0.7^2 = 0.147
+    assert "| 420 | square | 0.0240 / 0.0025 | 6 of 20 | 0.30 (0.15-0.52) | 2 | 0.15 |" in text
+    assert "design 14" in text and "batch of 500" in text
+    assert "no draws to run" in draws.block(df.iloc[:0], meta, 500, 14)
+
+
+def test_draws_block_is_the_rendering_of_the_committed_draws() -> None:
+    draws = _script("dispute_draws")
+    if not (draws.OUT / draws.CSV).is_file():
+        pytest.skip("no committed draws under docs/runs/external/ yet")
+    assert draws.check()
+
+
 @pytest.mark.slow
 def test_the_ladder_never_calls_robust_what_autoattack_breaks(tmp_path: Path) -> None:
     try:
