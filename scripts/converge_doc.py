@@ -67,63 +67,82 @@ def _checks(r, extra: Optional[dict] = None) -> str:
     return ", ".join(out)
 
 
-def ladder_evidence(out: Path, model: str, eps: str) -> dict:
-    """Why a cell misses the first or third criterion, from its records: the samples the ladder left robust that
-    AutoAttack broke (``missed``: the least verdict margin a gradient search left on each, as a share of its clean
-    margin, and whether it had the gradient families' full budget), the stop rule's
+def ladder_evidence(out: Path, model: str, eps: str, run: str = "converge") -> dict:
+    """Why a cell misses the first or third criterion, from its records (``run``: the draw's folder): the samples the
+    ladder left robust that AutoAttack broke (``missed``: the least verdict margin the gradient families and Square
+    left on each, as shares of its clean margin, whether it had the gradient families' full budget and whether it had
+    the edge's fresh start), how many samples the ladder broke that AutoAttack left (``beat``), the stop rule's
     tolerance, and a status other than converged in the stop rule's words up to its advice (``why``)."""
     from robustbench_pid.results.store import load_records
 
-    rec = load_records(cell_dir(out, model, eps) / "converge")
+    rec = load_records(cell_dir(out, model, eps) / run)
     c = rec[rec["attack"] == "converge"].copy()
     c["sample_id"] = c["sample_id"].astype(str)
     aa = load_records(cell_dir(out, model, eps) / "autoattack")
     aa = aa[aa["attack"] == "autoattack"]
     broke = set(aa.loc[~aa["correct_top1"].astype(bool), "sample_id"].astype(str))
     left = c[c["correct_top1"].astype(bool) & c["sample_id"].isin(broke)]
+    robust_aa = set(aa.loc[aa["correct_top1"].astype(bool), "sample_id"].astype(str))
+    beat = int((~c["correct_top1"].astype(bool) & c["sample_id"].isin(robust_aa)).sum())
     missed = [{"sample_id": r.sample_id, "share": float(r.margin_gradient) / float(r.margin_clean),
-               "full": bool(getattr(r, "converge_full_gradient", False))}
+               "free": float(getattr(r, "margin_free", float("nan"))) / float(r.margin_clean),
+               "full": bool(getattr(r, "converge_full_gradient", False)),
+               "restarted": bool(getattr(r, "converge_restarted", False))}
               for r in left.itertuples()]
     detail = str(c["converge_detail"].iloc[0])
     why = "" if c["converge_status"].iloc[0] == "converged" else detail.split(": ")[0]
-    return {"missed": missed, "tolerance": int(c["converge_tolerance"].max()), "why": why}
+    return {"missed": missed, "beat": beat, "tolerance": int(c["converge_tolerance"].max()), "why": why}
 
 
-def round_costs(out: Path, model: str, eps: str) -> dict:
-    """Forward passes per sample of the cell (all n): those of rung 0, the probes and round 1 (``first_fwd``), and
-    those of the later rounds (``later_fwd``: the full budgets on the near samples; earlier designs: their rounds
-    driven by breaks and continuation rounds), the samples the later rounds broke, which rounds ran
-    (``rounds``: "2-5") and which of them were continuation rounds; read per work unit from its history."""
+def round_costs(out: Path, model: str, eps: str, run: str = "converge") -> dict:
+    """Forward passes per sample of the cell (all n; ``run``: the draw's folder): those of rung 0, the probes and
+    round 1 (``first_fwd``), and those of the later rounds (``later_fwd``: the full budgets on the near samples and
+    the edge's fresh starts; earlier designs: their rounds driven by breaks and continuation rounds), the samples the
+    later rounds broke, which rounds ran (``rounds``: "2-5") and which of them were continuation rounds; the fresh
+    starts' own forward and backward passes per sample (``fresh_fwd``, ``fresh_bwd``) and the samples they attacked
+    (``fresh_samples``: the first rung of each fresh round attacks them all); read per work unit from its history. A fresh round is told by its APGD-CE rung: APGD-CE's full
+    budget is its round-1 run, so it runs after round 1 only as a fresh start (``benchmarks/ladder/families.py``).
+    ``first_bwd`` and ``later_bwd``: the backward passes of the same parts.""" 
     import json
 
     from robustbench_pid.results.store import load_records
 
-    rec = load_records(cell_dir(out, model, eps) / "converge")
+    rec = load_records(cell_dir(out, model, eps) / run)
     c = rec[rec["attack"] == "converge"]
-    first = later = 0.0
-    broke, rounds, cont = 0, set(), set()
+    first = later = fresh_f = fresh_b = first_b = later_b = 0.0
+    broke, fresh_n, rounds, cont = 0, 0, set(), set()
+
+    def passes(g: pd.DataFrame, kind: str, rung: str) -> float:
+        col = f"{kind}@{rung}"
+        return float(g[col].fillna(0).sum()) if col in g.columns else 0.0
+
     for _, g in c.groupby("unit"):
-        for h in json.loads(g["converge_history"].iloc[0]):
-            col = f"fwd@{h['id']}"
-            f = float(g[col].fillna(0).sum()) if col in g.columns else 0.0
+        history = json.loads(g["converge_history"].iloc[0])
+        fresh = {int(h["round"]) for h in history if int(h.get("round", 1)) > 1 and h.get("family") == "ce"}
+        fresh_n += sum(max(int(h["attacked"]) for h in history if int(h.get("round", 1)) == r) for r in fresh)
+        for h in history:
+            f, b = passes(g, "fwd", h["id"]), passes(g, "bwd", h["id"])
             r = int(h.get("round", 1))
             if r <= 1:
-                first += f
+                first, first_b = first + f, first_b + b
                 continue
-            later += f
+            later, later_b = later + f, later_b + b
             broke += int(h["broke"])
             rounds.add(r)
             if h.get("kind") == "continue":
                 cont.add(r)
-    if "fwd@probe" in c.columns:
-        first += float(c["fwd@probe"].fillna(0).sum())
+            if r in fresh:
+                fresh_f, fresh_b = fresh_f + f, fresh_b + b
+    first += passes(c, "fwd", "probe")
+    first_b += passes(c, "bwd", "probe")
     n = max(1, len(c))
 
     def span(rs: set) -> str:
         return "" if not rs else f"{min(rs)}-{max(rs)}" if len(rs) > 1 else str(min(rs))
 
     return {"first_fwd": first / n, "later_fwd": later / n, "later_broke": broke, "rounds": span(rounds),
-            "continue": span(cont)}
+            "continue": span(cont), "first_bwd": first_b / n, "later_bwd": later_b / n, "fresh_fwd": fresh_f / n,
+            "fresh_bwd": fresh_b / n, "fresh_samples": fresh_n}
 
 
 def _evidence(out: Optional[Path], r) -> Optional[dict]:

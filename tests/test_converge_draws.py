@@ -50,3 +50,40 @@ def test_the_committed_draws_block_is_the_rendering_of_the_committed_runs(tmp_pa
     edited.write_text(text.replace(": every criterion", ": every criterion!", 1))
     monkeypatch.setattr(draws, "DOC", edited)
     assert not draws.check(ROOT / "docs" / "runs" / "converge")
+
+
+def test_a_miss_is_explained_by_the_samples_and_the_passes_of_each_part_of_the_ladder() -> None:
+    draws = _script("converge_draws")
+    r = _row("cnn_at", "64/255", 1.0 + 100 / 360, autoattack=1.0, fwd=40.0).iloc[0]
+    ev = {"missed": [{"sample_id": "7", "share": 0.0003, "free": 0.25, "full": True, "restarted": True}], "beat": 0}
+    # per sample over n: round 1 9 fwd / 3 bwd, later rounds 31 / 7 of which the fresh starts 20 / 4: 40 / 10 in all
+    cost = {"first_fwd": 9.0, "first_bwd": 3.0, "later_fwd": 31.0, "later_bwd": 7.0, "fresh_fwd": 20.0,
+            "fresh_bwd": 4.0, "fresh_samples": 2}
+    assert draws.explain("cnn_at", "64/255", 2, r, ev, cost) == (
+        "cnn_at 64/255 on draw 2: sample 7 robust under the ladder, broken by AutoAttack: the gradient families left "
+        "0.03% of its clean margin, Square 25.00%; it had the gradient families' full budget and the edge's fresh "
+        "start; 0 sample(s) broken by the ladder and left robust by AutoAttack; forward / backward passes as shares of "
+        "AutoAttack's: rung 0, the probes and round 1 0.09 / 0.03, the near rounds' full budgets 0.11 / 0.03, the "
+        "edge's fresh starts on 2 sample(s) 0.20 / 0.04.")
+    # a cost miss alone: no sample line, and no fresh start named where none ran
+    cost0 = {**cost, "later_fwd": 11.0, "fresh_fwd": 0.0, "fresh_bwd": 0.0, "fresh_samples": 0}
+    assert draws.explain("deit", "4/255", 1, _row("deit", "4/255", 50.0, fwd=20.0).iloc[0],
+                         {"missed": [], "beat": 0}, cost0) == (
+        "deit 4/255 on draw 1: forward / backward passes as shares of AutoAttack's: rung 0, the probes and round 1 "
+        "0.09 / 0.03, the near rounds' full budgets 0.11 / 0.07.")
+    assert draws.explain("deit", "4/255", 1, r, {}, {}) == ""  # no records: nothing said
+
+
+def test_the_parts_of_a_committed_draw_add_up_to_its_bench_row() -> None:
+    """The fresh round is told by its APGD-CE rung (APGD-CE runs after round 1 only as a fresh start); round 1,
+    the near rounds and the fresh starts add up to the ladder's passes in the cell's bench row."""
+    draws = _script("converge_draws")
+    out = ROOT / "docs" / "runs" / "converge"
+    for model, eps, draw in (("cnn_at", "64/255", 2), ("cnn_at", "48/255", 0)):
+        row = pd.read_csv(draws.cell_dir(out, model, eps) / draws.bench_name(draw)).iloc[0]
+        ev, cost = draws.evidence(out, model, eps, draw)
+        assert abs(cost["first_fwd"] + cost["later_fwd"] - row.ladder_fwd) < 1e-6
+        assert abs(cost["first_bwd"] + cost["later_bwd"] - row.ladder_bwd) < 1e-6
+        assert 0 < cost["fresh_fwd"] < cost["later_fwd"] and cost["fresh_samples"] >= 1
+        robust = round(row.converged * row.n / 100) - round(row.autoattack * row.n / 100)
+        assert len(ev["missed"]) - ev["beat"] == robust  # the samples each side broke alone explain the gap
