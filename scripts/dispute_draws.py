@@ -24,7 +24,7 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import List
+from typing import Callable, List, Optional
 
 import pandas as pd
 
@@ -68,10 +68,25 @@ def full_starts(r: pd.Series, attack: str) -> int:
     return sum(1 for g in ran if g.split("@")[0] == attack and (attack == "apgd-ce" or "@" in g))
 
 
+def crossings(net, x, y, eps: float, attack: str, starts: int) -> List[bool]:
+    """Per seed 1..``starts``: did a fresh run of AutoAttack's ``attack`` (pyautoattack, standard settings, only that
+    attack) cross on the one sample ``x``, ``y`` (a batch of one, L-inf)?"""
+    import torch
+    from pyautoattack import AutoAttack
+
+    crossed = []
+    for seed in range(1, starts + 1):
+        aa = AutoAttack(net, norm="Linf", eps=eps, version="standard", seed=seed, device="cpu")
+        aa.attacks_to_run = [attack]  # the standard version's settings, this one attack
+        adv, _ = aa.run_standard_evaluation(x, y, batch_size=1)
+        with torch.no_grad():
+            crossed.append(bool(net(adv).argmax(1).item() != int(y[0])))
+    return crossed
+
+
 def attack(out: Path, starts: int, cache) -> pd.DataFrame:
     """K fresh starts of the breaking attack on each disputed sample, alone (needs torch and the external model)."""
     import torch
-    from pyautoattack import AutoAttack
 
     import external_check as check
 
@@ -80,13 +95,8 @@ def attack(out: Path, starts: int, cache) -> pd.DataFrame:
     net = net.eval()
     rows = []
     for _, row in disputed(out).iterrows():
-        i, crossed, t = int(row["sample_id"]), 0, time.time()
-        for seed in range(1, starts + 1):
-            aa = AutoAttack(net, norm="Linf", eps=eps, version="standard", seed=seed, device="cpu")
-            aa.attacks_to_run = [row["attack"]]  # the standard version's settings, this one attack
-            adv, _ = aa.run_standard_evaluation(x[i:i + 1], y[i:i + 1], batch_size=1)
-            with torch.no_grad():
-                crossed += int(net(adv).argmax(1).item() != int(y[i]))
+        i, t = int(row["sample_id"]), time.time()
+        crossed = sum(crossings(net, x[i:i + 1], y[i:i + 1], eps, row["attack"], starts))
         rows.append({**row.to_dict(), "starts": starts, "seeds": f"1-{starts}", "crossed": crossed,
                      "seconds": round(time.time() - t, 1)})
         print(f"sample {i} ({row['attack']}): {crossed} of {starts} fresh starts crossed")
@@ -145,30 +155,43 @@ def check(out: Path = OUT, doc: Path = edoc.DOC) -> bool:
     return block_of(doc, BEGIN, END) == render(out).strip("\n")
 
 
-def main(argv: List[str] = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--starts", type=int, default=20, help="fresh starts per disputed sample (seeds 1..K)")
-    p.add_argument("--out", type=Path, default=OUT)
-    p.add_argument("--render", action="store_true", help="write docs/external.md's draws block (no evaluation)")
+def cli(argv: Optional[List[str]], description: str, doc: str, out: Path, starts_help: str,
+        write: Callable[[Path], str], stale: Callable[[Path], bool], run: Callable[[Path, int], object]) -> int:
+    """The command line both draw scripts share: ``--starts K`` attacks (``run(out, K)``), ``--render`` writes the
+    block (``write(out)``, its text), ``--check`` exits 1 where ``stale(out)`` finds it out of date (``doc`` names
+    the block)."""
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("--starts", type=int, default=20, help=starts_help)
+    p.add_argument("--out", type=Path, default=out)
+    p.add_argument("--render", action="store_true", help=f"write {doc} (no evaluation)")
     p.add_argument("--check", action="store_true", help="exit 1 if the block is stale")
     a = p.parse_args(argv)
     if a.starts < 1:
         p.error(f"--starts must be a whole number >= 1, got {a.starts}")
     if a.check:
-        ok = check(a.out)
-        print(f"docs/external.md draws block: {'up to date' if ok else 'stale (run --render)'}")
+        ok = not stale(a.out)
+        print(f"{doc}: {'up to date' if ok else 'stale (run --render)'}")
         return 0 if ok else 1
     if a.render:
-        block = render(a.out)
-        replace_block(edoc.DOC, BEGIN, END, block, heading="## How much of the disagreement is the draw")
-        print(block)
+        print(write(a.out))
         return 0
     import torch
 
     if "OMP_NUM_THREADS" not in os.environ:
         torch.set_num_threads(1)
-    attack(a.out, a.starts, None)
+    run(a.out, a.starts)
     return 0
+
+
+def write(out: Path = OUT) -> str:
+    text = render(out)
+    replace_block(edoc.DOC, BEGIN, END, text, heading="## How much of the disagreement is the draw")
+    return text
+
+
+def main(argv: List[str] = None) -> int:
+    return cli(argv, __doc__.split("\n\n")[0], "docs/external.md draws block", OUT, "fresh starts per disputed sample (seeds 1..K)", write,
+               lambda out: not check(out), lambda out, k: attack(out, k, None))
 
 
 if __name__ == "__main__":
