@@ -24,7 +24,7 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Callable, List, Optional
+from typing import Callable, Dict, List, Optional
 
 import pandas as pd
 
@@ -84,6 +84,24 @@ def crossings(net, x, y, eps: float, attack: str, starts: int) -> List[bool]:
     return crossed
 
 
+def ladder_crossings(net, x, y, eps: float, starts: int, only: Optional[str] = None) -> Dict[str, int]:
+    """Per family (named by its AutoAttack attack; ``only``: that one), how many of ``starts`` fresh starts of the
+    ladder's own whole-budget rung (its edge fresh start: ``planned_round(..., fresh=True)``, the harness's attacks,
+    generator seeds 1..starts) cross on the one sample ``x``, ``y``."""
+    import torch
+
+    from robustbench_pid.benchmarks.ladder import LadderSpec, planned_round, run_rung
+    from robustbench_pid.benchmarks.ladder.families import BY_NAME
+
+    got: Dict[str, int] = {}
+    for rung in planned_round(LadderSpec(), eps, 2, False, False, "linf", fresh=True):
+        base = BY_NAME[rung.family].base
+        if only is None or base == only:
+            got[base] = sum(int(not bool(run_rung(rung, net, net, x, y, torch.Generator().manual_seed(seed),
+                                                  1).still[0])) for seed in range(1, starts + 1))
+    return got
+
+
 def attack(out: Path, starts: int, cache) -> pd.DataFrame:
     """K fresh starts of the breaking attack on each disputed sample, alone (needs torch and the external model)."""
     import torch
@@ -97,9 +115,10 @@ def attack(out: Path, starts: int, cache) -> pd.DataFrame:
     for _, row in disputed(out).iterrows():
         i, t = int(row["sample_id"]), time.time()
         crossed = sum(crossings(net, x[i:i + 1], y[i:i + 1], eps, row["attack"], starts))
+        own = ladder_crossings(net, x[i:i + 1], y[i:i + 1], eps, starts, only=row["attack"])[row["attack"]]
         rows.append({**row.to_dict(), "starts": starts, "seeds": f"1-{starts}", "crossed": crossed,
-                     "seconds": round(time.time() - t, 1)})
-        print(f"sample {i} ({row['attack']}): {crossed} of {starts} fresh starts crossed")
+                     "ladder_crossed": own, "seconds": round(time.time() - t, 1)})
+        print(f"sample {i} ({row['attack']}): {crossed} of {starts} fresh starts crossed, the ladder's rung {own}")
     df = pd.DataFrame(rows)
     df.to_csv(out / CSV, index=False)
     (out / META).write_text(json.dumps({
@@ -135,18 +154,22 @@ def block(df: pd.DataFrame, meta: dict, n_images: int, design) -> str:
         return f"The ladder (design {design}) called robust no sample that AutoAttack broke: no draws to run."
     lines = [f"Each sample the ladder (design {design}) called robust and AutoAttack broke, attacked again alone by "
              f"the AutoAttack attack that broke it, {int(meta['starts'])} fresh starts (pyautoattack standard "
-             f"settings, seeds {df['seeds'].iloc[0]}; AutoAttack's run was seed 0 in a batch of {n_images}). p: the "
-             f"share of those starts that crossed (95% Wilson interval); the ladder ran s starts of that family with "
-             f"its whole budget on it, so p (1 - p)^s is the chance that its starts all missed while AutoAttack's one "
-             f"crossed.", "",
-             "| sample | attack | ladder left (gradient / Square, share of clean margin) | fresh starts crossed | p (95%) "
-             "| ladder starts s | p (1 - p)^s |", "|---|---|---|---|---|---|---|"]
+             f"settings, seeds {df['seeds'].iloc[0]}; AutoAttack's run was seed 0 in a batch of {n_images}), and by "
+             f"the ladder's own whole-budget rung of that family (its edge fresh start, generator seeds "
+             f"{df['seeds'].iloc[0]}). p and q: the shares of those starts that crossed (95% Wilson interval); the "
+             f"ladder ran s starts of that family with its whole budget on it, so p (1 - q)^s is the chance that its "
+             f"starts all missed while AutoAttack's one crossed (with q = p: as if its starts were AutoAttack's).", "",
+             "| sample | attack | ladder left (gradient / Square, share of clean margin) | AutoAttack's attack crossed: "
+             "p (95%) | the ladder's rung crossed: q (95%) | ladder starts s | p (1 - p)^s | p (1 - q)^s |",
+             "|---|---|---|---|---|---|---|---|"]
     for _, r in df.sort_values("sample_id").iterrows():
-        k, n, s = int(r["crossed"]), int(r["starts"]), int(r["ladder_starts"])
+        k, n, s, kq = int(r["crossed"]), int(r["starts"]), int(r["ladder_starts"]), int(r["ladder_crossed"])
         lo, hi = wilson_interval(k, n)
-        p = k / n
+        qlo, qhi = wilson_interval(kq, n)
+        p, q = k / n, kq / n
         lines.append(f"| {int(r['sample_id'])} | {r['attack']} | {r['left_gradient']:.4f} / {r['left_free']:.4f} | "
-                     f"{k} of {n} | {p:.2f} ({lo:.2f}-{hi:.2f}) | {s} | {p * (1 - p) ** s:.2f} |")
+                     f"{k} of {n}: {p:.2f} ({lo:.2f}-{hi:.2f}) | {kq} of {n}: {q:.2f} ({qlo:.2f}-{qhi:.2f}) | {s} | "
+                     f"{p * (1 - p) ** s:.2f} | {p * (1 - q) ** s:.2f} |")
     lines += ["", f"Run on {meta['machine']} (one process beside others: the seconds in draws.csv are indicative)."]
     return "\n".join(lines)
 

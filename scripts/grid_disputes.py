@@ -76,28 +76,12 @@ def disputed(out: Path = OUT) -> pd.DataFrame:
     return df
 
 
-def ladder_crossings(net, x, y, eps: float, starts: int) -> Dict[str, int]:
-    """Per family, how many of ``starts`` fresh starts of the ladder's own whole-budget rung (its edge fresh start:
-    ``planned_round(..., fresh=True)``, the harness's attacks, generator seeds 1..starts) cross on the one sample."""
-    import torch
-
-    from robustbench_pid.benchmarks.ladder import LadderSpec, planned_round, run_rung
-    from robustbench_pid.benchmarks.ladder.families import BY_NAME
-
-    got: Dict[str, int] = {}
-    for rung in planned_round(LadderSpec(), eps, 2, False, False, "linf", fresh=True):
-        base = BY_NAME[rung.family].base
-        got[base] = sum(int(not bool(run_rung(rung, net, net, x, y, torch.Generator().manual_seed(seed), 1).still[0]))
-                        for seed in range(1, starts + 1))
-    return got
-
-
 def attack(out: Path, starts: int) -> pd.DataFrame:
     """K fresh starts of each AutoAttack attack on each disputed sample, alone (needs torch and the grid models)."""
     import torch
 
     import robustbench_pid as rbp
-    from dispute_draws import crossings
+    from dispute_draws import crossings, ladder_crossings
     from robustbench_pid.core.labels import parse_eps
     from robustbench_pid.run.speed import machine
 

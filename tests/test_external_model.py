@@ -212,19 +212,20 @@ def test_draws_count_the_ladders_whole_budget_starts_of_the_family_that_broke_a_
 def test_draws_block_states_the_crossing_share_its_interval_and_the_chance_all_ladder_starts_missed() -> None:
     draws = _script("dispute_draws")
     df = pd.DataFrame([{"sample_id": 420, "attack": "square", "left_gradient": 0.024, "left_free": 0.0025,
-                        "ladder_starts": 2, "starts": 20, "seeds": "1-20", "crossed": 6, "seconds": 1.0}])
+                        "ladder_starts": 2, "starts": 20, "seeds": "1-20", "crossed": 6, "ladder_crossed": 10,
+                        "seconds": 1.0}])
     meta = {"starts": 20, "machine": "m", "torch": "t", "threads": 1, "date": "d"}
     text = draws.block(df, meta, 500, 14)
-    # 6 of 20: p 0.30, Wilson 95% (0.145, 0.519) by hand; 0.3 * 0.7^2 = 0.147
-    assert "| 420 | square | 0.0240 / 0.0025 | 6 of 20 | 0.30 (0.15-0.52) | 2 | 0.15 |" in text
+    # 6 of 20: p 0.30, Wilson 95% (0.145, 0.519) by hand; 10 of 20: (0.30, 0.70); 0.3 * 0.7^2 = 0.147; 0.3 * 0.5^2
+    assert ("| 420 | square | 0.0240 / 0.0025 | 6 of 20: 0.30 (0.15-0.52) | 10 of 20: 0.50 (0.30-0.70) | 2 | 0.15 | "
+            "0.07 |") in text
     assert "design 14" in text and "batch of 500" in text
     assert "no draws to run" in draws.block(df.iloc[:0], meta, 500, 14)
 
 
 def test_draws_block_is_the_rendering_of_the_committed_draws() -> None:
     draws = _script("dispute_draws")
-    if not (draws.OUT / draws.CSV).is_file():
-        pytest.skip("no committed draws under docs/runs/external/ yet")
+    assert (draws.OUT / draws.CSV).is_file(), "run scripts/dispute_draws.py --starts 20 and commit its files"
     assert draws.check()
 
 
