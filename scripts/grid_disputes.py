@@ -2,13 +2,14 @@
 
 Each sample a grid draw of the current ladder design called robust and AutoAttack broke (``converge_draws``'s
 disputes, from the committed runs) is attacked again, alone, by each of AutoAttack's four standard attacks
-(pyautoattack called directly, standard settings, one attack at a time, seeds 1..K; the grid's AutoAttack run was one
-batch of 360). The grid's AutoAttack records do not say which of its attacks broke a sample, so every attack is
-drawn: per attack, the share p_a of fresh starts that cross; the ladder ran s_a starts of that family with its whole
-budget on the sample (``dispute_draws.full_starts``). The chance that the ladder's starts all missed while
-AutoAttack's one run crossed is then estimated, starts taken as independent, by
-``P(AutoAttack's run crosses) x prod_a (1 - p_a)^s_a``, with the first factor the share of seeds on which some
-attack crossed.
+(pyautoattack called directly, standard settings, one attack at a time, seeds 1..K; the grid's AutoAttack attacked
+it once, among the cell's 360 images), and by the ladder's own whole-budget rung of each family (its edge fresh
+start, generator seeds 1..K). The grid's AutoAttack records do not say which of its attacks broke a sample, so every
+attack is drawn: per attack, the share p_a of fresh starts that cross (q_a for the ladder's rung); the ladder ran s_a
+starts of that family with its whole budget on the sample (``dispute_draws.full_starts``). The chance that the
+ladder's starts all missed while AutoAttack's one run crossed is then estimated, starts taken as independent, by
+``P(AutoAttack's run crosses) x prod_a (1 - p_a)^s_a`` (or with q_a), with the first factor the share of seeds on
+which some attack crossed.
 
     python scripts/grid_disputes.py --starts 20   # attack; writes docs/runs/converge/disputes.csv and .json
     python scripts/grid_disputes.py --render      # docs/attacks.md's grid-disputes block, from those files
@@ -127,7 +128,7 @@ def block(df: pd.DataFrame, meta: dict, design: int, edge: int) -> str:
         return f"No grid draw of design {design} called robust a sample that AutoAttack broke: no draws to run."
     lines = [f"Each sample a grid draw of design {design} called robust and AutoAttack broke, attacked again alone by "
              f"each of AutoAttack's standard attacks, {int(meta['starts'])} fresh starts each (pyautoattack, seeds "
-             f"{df['seeds'].iloc[0]}; the grid's AutoAttack run was one batch), and by the ladder's own "
+             f"{df['seeds'].iloc[0]}; the grid's AutoAttack attacked it once, among the cell's images), and by the ladder's own "
              f"whole-budget rung of each family (its edge fresh start, generator seeds {df['seeds'].iloc[0]}). "
              f"Crossed: fresh starts that crossed, per attack; AutoAttack's run: seeds on which some attack crossed "
              f"(95% Wilson interval); s: the ladder's whole-budget starts per family on the draw; chance: that "
