@@ -100,9 +100,10 @@ def round_costs(out: Path, model: str, eps: str, run: str = "converge") -> dict:
     the edge's fresh starts; earlier designs: their rounds driven by breaks and continuation rounds), the samples the
     later rounds broke, which rounds ran (``rounds``: "2-5") and which of them were continuation rounds; the fresh
     starts' own forward and backward passes per sample (``fresh_fwd``, ``fresh_bwd``) and the samples they attacked
-    (``fresh_samples``: the first rung of each fresh round attacks them all); read per work unit from its history. A fresh round is told by its APGD-CE rung: APGD-CE's full
-    budget is its round-1 run, so it runs after round 1 only as a fresh start (``benchmarks/ladder/families.py``).
-    ``first_bwd`` and ``later_bwd``: the backward passes of the same parts.""" 
+    (``fresh_samples``: the first rung of each fresh round attacks them all); ``first_bwd`` and ``later_bwd``: the
+    backward passes of the same parts. Read per work unit from its history. A fresh round is told by its APGD-CE rung:
+    APGD-CE's full budget is its round-1 run, so it runs after round 1 only as a fresh start
+    (``benchmarks/ladder/families.py``)."""
     import json
 
     from robustbench_pid.results.store import load_records

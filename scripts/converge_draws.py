@@ -101,9 +101,9 @@ def explain(model: str, eps: str, draw: int, r: pd.Series, ev: dict, cost: dict)
                      + (" and ".join(had) if had else "no full budget"))
     if ev["missed"] or r.converged > r.autoattack + 1e-9:
         parts.append(f"{ev['beat']} sample(s) broken by the ladder and left robust by AutoAttack")
-    near = "the near rounds' full budgets"
     spent = [("rung 0, the probes and round 1", cost["first_fwd"], cost["first_bwd"]),
-             (near, cost["later_fwd"] - cost["fresh_fwd"], cost["later_bwd"] - cost["fresh_bwd"])]
+             ("the near rounds' full budgets", cost["later_fwd"] - cost["fresh_fwd"],
+              cost["later_bwd"] - cost["fresh_bwd"])]
     if cost["fresh_samples"]:
         spent.append((f"the edge's fresh starts on {cost['fresh_samples']} sample(s)", cost["fresh_fwd"],
                       cost["fresh_bwd"]))

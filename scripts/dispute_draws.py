@@ -159,8 +159,8 @@ def block(df: pd.DataFrame, meta: dict, n_images: int, design) -> str:
              f"{df['seeds'].iloc[0]}). p and q: the shares of those starts that crossed (95% Wilson interval); the "
              f"ladder ran s starts of that family with its whole budget on it, so p (1 - q)^s is the chance that its "
              f"starts all missed while AutoAttack's one crossed (with q = p: as if its starts were AutoAttack's).", "",
-             "| sample | attack | ladder left (gradient / Square, share of clean margin) | AutoAttack's attack crossed: "
-             "p (95%) | the ladder's rung crossed: q (95%) | ladder starts s | p (1 - p)^s | p (1 - q)^s |",
+             "| sample | attack | ladder left (gradient / Square, share of clean margin) | AutoAttack's attack "
+             "crossed: p (95%) | the ladder's rung crossed: q (95%) | ladder starts s | p (1 - p)^s | p (1 - q)^s |",
              "|---|---|---|---|---|---|---|---|"]
     for _, r in df.sort_values("sample_id").iterrows():
         k, n, s, kq = int(r["crossed"]), int(r["starts"]), int(r["ladder_starts"]), int(r["ladder_crossed"])
@@ -213,8 +213,9 @@ def write(out: Path = OUT) -> str:
 
 
 def main(argv: List[str] = None) -> int:
-    return cli(argv, __doc__.split("\n\n")[0], "docs/external.md draws block", OUT, "fresh starts per disputed sample (seeds 1..K)", write,
-               lambda out: not check(out), lambda out, k: attack(out, k, None))
+    return cli(argv, __doc__.split("\n\n")[0], "docs/external.md draws block", OUT,
+               "fresh starts per disputed sample (seeds 1..K)", write, lambda out: not check(out),
+               lambda out, k: attack(out, k, None))
 
 
 if __name__ == "__main__":

@@ -128,8 +128,9 @@ def block(df: pd.DataFrame, meta: dict, design: int, edge: int) -> str:
         return f"No grid draw of design {design} called robust a sample that AutoAttack broke: no draws to run."
     lines = [f"Each sample a grid draw of design {design} called robust and AutoAttack broke, attacked again alone by "
              f"each of AutoAttack's standard attacks, {int(meta['starts'])} fresh starts each (pyautoattack, seeds "
-             f"{df['seeds'].iloc[0]}; the grid's AutoAttack attacked it once, among the cell's images), and by the ladder's own "
-             f"whole-budget rung of each family (its edge fresh start, generator seeds {df['seeds'].iloc[0]}). "
+             f"{df['seeds'].iloc[0]}; the grid's AutoAttack attacked it once, among the cell's images), and by the "
+             f"ladder's own whole-budget rung of each family (its edge fresh start, generator seeds "
+             f"{df['seeds'].iloc[0]}). "
              f"Crossed: fresh starts that crossed, per attack; AutoAttack's run: seeds on which some attack crossed "
              f"(95% Wilson interval); s: the ladder's whole-budget starts per family on the draw; chance: that "
              f"AutoAttack's one run crossed while all the ladder's starts missed, starts taken as independent, with "
@@ -147,8 +148,8 @@ def block(df: pd.DataFrame, meta: dict, design: int, edge: int) -> str:
                      + " / ".join(str(int(r[f's_{a}'])) for a in ATTACKS)
                      + f" | {chance(r):.2f} / {chance(r, own=True):.2f} |")
     both = [chance(r, own) for _, r in df.iterrows() for own in (False, True)]
-    lines += ["", f"These chances belong to samples picked after the fact, because the event happened there. For scale: "
-                  f"the grid's draws of design {design} gave the edge's fresh start to {edge} sample(s); had each a "
+    lines += ["", f"These chances belong to samples picked after the fact, because the event happened there. For "
+                  f"scale: the grid's draws of design {design} gave the edge's fresh start to {edge} sample(s); had each a "
                   f"chance between {min(both):.2f} and {max(both):.2f}, {edge * min(both):.1f} to "
                   f"{edge * max(both):.1f} such samples would be expected, and the draws show {len(df)}.", "",
               f"Run on {meta['machine']} (one process beside others: the seconds in disputes.csv are indicative)."]
