@@ -99,11 +99,11 @@ def round_costs(out: Path, model: str, eps: str, run: str = "converge") -> dict:
     round 1 (``first_fwd``), and those of the later rounds (``later_fwd``: the full budgets on the near samples and
     the edge's fresh starts; earlier designs: their rounds driven by breaks and continuation rounds), the samples the
     later rounds broke, which rounds ran (``rounds``: "2-5") and which of them were continuation rounds; the fresh
-    starts' own forward and backward passes per sample (``fresh_fwd``, ``fresh_bwd``) and the samples they attacked
-    (``fresh_samples``: the first rung of each fresh round attacks them all); ``first_bwd`` and ``later_bwd``: the
-    backward passes of the same parts. Read per work unit from its history. A fresh round is told by its APGD-CE rung:
-    APGD-CE's full budget is its round-1 run, so it runs after round 1 only as a fresh start
-    (``benchmarks/ladder/families.py``)."""
+    starts' own forward and backward passes per sample (``fresh_fwd``, ``fresh_bwd``) and the samples given them
+    (``fresh_samples``, each once: ``converge_restarted``); ``first_bwd`` and ``later_bwd``: the
+    backward passes of the same parts. Read per work unit from its history. A fresh round is told by its rungs' scope,
+    ``edge`` (design 15), or in earlier designs by its APGD-CE rung: APGD-CE's full budget is its round-1 run, so it
+    runs after round 1 only as a fresh start (``benchmarks/ladder/families.py``)."""
     import json
 
     from robustbench_pid.results.store import load_records
@@ -119,8 +119,10 @@ def round_costs(out: Path, model: str, eps: str, run: str = "converge") -> dict:
 
     for _, g in c.groupby("unit"):
         history = json.loads(g["converge_history"].iloc[0])
-        fresh = {int(h["round"]) for h in history if int(h.get("round", 1)) > 1 and h.get("family") == "ce"}
-        fresh_n += sum(max(int(h["attacked"]) for h in history if int(h.get("round", 1)) == r) for r in fresh)
+        fresh = {int(h["round"]) for h in history if h.get("scope") == "edge" or
+                 (int(h.get("round", 1)) > 1 and h.get("family") == "ce")}
+        if "converge_restarted" in g.columns:  # the samples given the fresh starts, each once however many it had
+            fresh_n += int(g["converge_restarted"].astype(bool).sum())
         for h in history:
             f, b = passes(g, "fwd", h["id"]), passes(g, "bwd", h["id"])
             r = int(h.get("round", 1))

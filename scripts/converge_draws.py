@@ -94,7 +94,7 @@ def explain(model: str, eps: str, draw: int, r: pd.Series, ev: dict, cost: dict)
         return ""
     parts = []
     for m in ev["missed"]:
-        had = [w for w, yes in (("the gradient families' full budget", m["full"]), ("the edge's fresh start",
+        had = [w for w, yes in (("the gradient families' full budget", m["full"]), ("the edge's fresh starts",
                                                                                      m["restarted"])) if yes]
         parts.append(f"sample {m['sample_id']} robust under the ladder, broken by AutoAttack: the gradient families "
                      f"left {m['share']:.2%} of its clean margin, Square {m['free']:.2%}; it had "

@@ -60,10 +60,8 @@ def disputed(out: Path = OUT) -> pd.DataFrame:
 def full_starts(r: pd.Series, attack: str) -> int:
     """How many starts with AutoAttack's whole budget of ``attack``'s family the ladder ran on the sample of record
     ``r``: APGD-CE, each of its rungs that attacked it (round 1's is the whole budget); APGD-T and FAB-T, each of their
-    later rungs (round 1's APGD-T sweep is a short one); Square, one where it had the full budget (round 1's 500
-    queries and their continuation are one run) and one more for a fresh start on the edge."""
-    if attack == "square":
-        return int(bool(r["converge_full_free"])) + int(bool(r["converge_restarted"]))
+    later rungs (round 1's APGD-T sweep is a short one); Square, likewise each of its later rungs (round 1's 500
+    queries and their continuation are one run; each fresh start on the edge is one more)."""
     ran = [c[4:] for c in r.index if c.startswith("fwd@") and float(r[c] or 0) > 0]
     return sum(1 for g in ran if g.split("@")[0] == attack and (attack == "apgd-ce" or "@" in g))
 

@@ -149,8 +149,8 @@ def block(df: pd.DataFrame, meta: dict, design: int, edge: int) -> str:
                      + f" | {chance(r):.2f} / {chance(r, own=True):.2f} |")
     both = [chance(r, own) for _, r in df.iterrows() for own in (False, True)]
     lines += ["", f"These chances belong to samples picked after the fact, because the event happened there. For "
-                  f"scale: the grid's draws of design {design} gave the edge's fresh start to {edge} sample(s); had each a "
-                  f"chance between {min(both):.2f} and {max(both):.2f}, {edge * min(both):.1f} to "
+                  f"scale: the grid's draws of design {design} gave the edge's fresh starts to {edge} sample(s); had "
+                  f"each a chance between {min(both):.2f} and {max(both):.2f}, {edge * min(both):.1f} to "
                   f"{edge * max(both):.1f} such samples would be expected, and the draws show {len(df)}.", "",
               f"Run on {meta['machine']} (one process beside others: the seconds in disputes.csv are indicative)."]
     return "\n".join(lines)

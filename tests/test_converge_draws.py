@@ -62,7 +62,7 @@ def test_a_miss_is_explained_by_the_samples_and_the_passes_of_each_part_of_the_l
     assert draws.explain("cnn_at", "64/255", 2, r, ev, cost) == (
         "cnn_at 64/255 on draw 2: sample 7 robust under the ladder, broken by AutoAttack: the gradient families left "
         "0.03% of its clean margin, Square 25.00%; it had the gradient families' full budget and the edge's fresh "
-        "start; 0 sample(s) broken by the ladder and left robust by AutoAttack; forward / backward passes as shares of "
+        "starts; 0 sample(s) broken by the ladder and left robust by AutoAttack; forward / backward passes as shares of "
         "AutoAttack's: rung 0, the probes and round 1 0.09 / 0.03, the near rounds' full budgets 0.11 / 0.03, the "
         "edge's fresh starts on 2 sample(s) 0.20 / 0.04.")
     # a cost miss alone: no sample line, and no fresh start named where none ran
@@ -75,7 +75,8 @@ def test_a_miss_is_explained_by_the_samples_and_the_passes_of_each_part_of_the_l
 
 
 def test_the_parts_of_a_committed_draw_add_up_to_its_bench_row() -> None:
-    """The fresh round is told by its APGD-CE rung (APGD-CE runs after round 1 only as a fresh start); round 1,
+    """A fresh round is told by its rungs' scope (design 15) or its APGD-CE rung (before: APGD-CE runs after round 1
+    only as a fresh start); round 1,
     the near rounds and the fresh starts add up to the ladder's passes in the cell's bench row."""
     draws = _script("converge_draws")
     out = ROOT / "docs" / "runs" / "converge"

@@ -41,7 +41,7 @@ def test_the_block_row_states_counts_interval_starts_and_chance() -> None:
     assert text.startswith("Each sample a grid draw of design 14 called robust")
     assert "no draws to run" in g.block(pd.DataFrame([_row()]).iloc[:0], meta, 14, 50)
     # 50 edge samples, chances 0.138 and 0.198: 6.9 to 9.9 expected against the 1 found
-    assert "gave the edge's fresh start to 50 sample(s); had each a chance between 0.14 and 0.20, 6.9 to 9.9" in text
+    assert "gave the edge's fresh starts to 50 sample(s); had each a chance between 0.14 and 0.20, 6.9 to 9.9" in text
     assert text.count("the draws show 1.") == 1
 
 

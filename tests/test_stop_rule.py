@@ -18,8 +18,8 @@ import torch
 import robustbench_pid.benchmarks.ladder as ladder_pkg
 from robustbench_pid.benchmarks.ladder import Ladder, LadderSpec, Rung, RungResult, climb
 from robustbench_pid.results.summaries.stop_rule import (BATCH_DEPENDENT, CONVERGED, MISLED, NOT_CONVERGED,
-                                                         RANDOM_OUTPUTS, UPPER_BOUND, near, rivals, tolerance,
-                                                         verdict)
+                                                         FRESH, MISS_RISK, RANDOM_OUTPUTS, UPPER_BOUND, near,
+                                                         rivals, starts_for, tolerance, verdict)
 
 ROOT = Path(__file__).resolve().parents[1]
 EPS = 0.1
@@ -196,28 +196,37 @@ def test_while_the_last_round_broke_more_than_the_tolerance_tau_doubles_up_to_ev
     assert lad.tau == 1 / 8 and lad.status == CONVERGED and max(r.round for r, _ in seen) == 3
 
 
-def test_then_edge_samples_within_1_64_of_their_clean_margin_get_every_full_budget_afresh():
-    """Sentence 5: after the near rounds, a still-robust sample some family left within 1/64 of its clean margin gets
-    one more round of every family's whole budget as a new run (APGD-CE's 100 and Square's 5,000 queries from a new
-    start); what that round breaks neither widens tau nor counts as the last round; the verdict owes it otherwise."""
-    assert sentences()[4] == "Then edge samples, within 1/64 of their clean margin, get every full budget afresh."
-    assert LadderSpec().edge == 1 / 64
+def test_then_edge_samples_within_1_64_for_the_gradient_families_or_square_get_those_budgets_afresh_up_to_6_times():
+    """Sentence 5: after the near rounds, a still-robust sample the gradient families (or Square) left within 1/64 of
+    its clean margin gets up to 6 more rounds of that kind's whole budgets, each a new run (APGD-T, APGD-CE's 100 and
+    FAB-T; Square's 5,000 queries from a new start), until one breaks it; what they break neither widens tau nor counts
+    as the last round; the verdict owes them otherwise. 6 is the fewest fresh starts that, with the full budget's run,
+    keep p (1 - p)^s below 0.05 for every per-start share p."""
+    assert sentences()[4] == ("Then edge samples, within 1/64 of their clean margin for the gradient families or "
+                              "Square, get those budgets afresh, up to 6 times.")
+    assert LadderSpec().edge == 1 / 64 and FRESH == 6 and starts_for(MISS_RISK) == 7 and MISS_RISK == 0.05
+    assert 7 ** 7 / 8 ** 8 < 0.05 <= 6 ** 6 / 7 ** 7 and starts_for(4 / 27 + 1e-9) == 2  # the largest p (1 - p)^s
     n = 100
     mg = torch.full((n,), 0.5)
-    mg[0], mg[1] = 0.01, 0.03  # sample 0 on the edge, sample 1 only near
+    mg[0], mg[1], mg[3] = 0.01, 0.03, 0.01  # 0 on the gradient families' edge, 1 only near, 3 on both edges
     mf = torch.full((n,), 0.9)
-    mf[2] = 0.012  # on the edge for Square alone
-    lad, seen = climbed(n, {"apgd-ce@3": 1}, mg, mf)
-    fresh = {r.id: (r, set(i)) for r, i in seen if r.round == 3}
-    assert sorted(fresh) == ["apgd-ce@3", "apgd-t@3", "fab-t@3", "square@3"]
-    assert fresh["apgd-ce@3"][1] == {0, 2} and fresh["apgd-ce@3"][0].params["steps"] == 100
-    assert fresh["square@3"][1] == {2} and fresh["square@3"][0].params["n_queries"] == 5000  # 0 broke first
-    assert fresh["square@3"][0].resume is None and fresh["apgd-t@3"][0].order is None
-    assert max(r.round for r, _ in seen) == 3 and lad.tau == 1 / 16  # it broke 1 > tolerance 0: no widening
-    assert lad.status == CONVERGED and not bool(lad.last_broke.any()) and lad.broken_by[0] == "apgd-ce@3"
-    assert lad.restarted.tolist()[:3] == [True, False, True]
+    mf[2], mf[3] = 0.012, 0.01  # 2 on Square's edge alone
+    lad, seen = climbed(n, {"apgd-ce@4": 1}, mg, mf)
+    fresh = [(r, set(i)) for r, i in seen if r.scope == "edge"]
+    assert sorted({r.round for r, _ in fresh}) == list(range(3, 9))  # 6 fresh rounds after near round 2
+    assert {r.id: i for r, i in fresh if r.round == 3} == {"apgd-t@3": {0, 3}, "apgd-ce@3": {0, 3}, "fab-t@3": {0, 3},
+                                                             "square@3": {2, 3}}
+    assert all(r.params.get("n_queries", 5000) == 5000 and r.resume is None and r.order is None for r, _ in fresh)
+    assert [r.params["steps"] for r, _ in fresh if r.id == "apgd-ce@3"] == [100]
+    assert {r.id for r, i in fresh if 0 in i} == {"apgd-t@3", "apgd-ce@3", "fab-t@3", "apgd-t@4", "apgd-ce@4"}
+    assert sum(3 in i for r, i in fresh) == 24 and sum(2 in i for r, i in fresh) == 6  # 6 rounds x their kinds
+    assert not any(1 in i for r, i in fresh)
+    assert lad.tau == 1 / 16 and lad.status == CONVERGED and not bool(lad.last_broke.any())  # it broke 1 > 0
+    assert lad.broken_by[0] == "apgd-ce@4" and lad.restarted.tolist()[:4] == [True, False, True, True]
     ev = lad.evidence(torch.zeros(n, dtype=torch.bool), False, False, 1 / 64)
     assert bool(ev["restarted"][2]) and float(ev["edge"][0]) == 1 / 64
+    lad, seen = climbed(n, {"apgd-ce@3": 1, "square@3": 2}, mg, mf)  # every edge sample broke at its first
+    assert max(r.round for r, _ in seen) == 3
     lad, seen = climbed(n, {}, mg, mf, spec=LadderSpec(edge=0))  # no edge: no fresh round, a reduced ladder
     assert max(r.round for r, _ in seen) == 2 and lad.status.startswith("converged (reduced ladder (edge 0 <")
     # the verdict: an edge sample without its fresh start is owed one, beyond the tolerance

@@ -8,7 +8,8 @@ left (the loop in ``stop.py`` only asks each family for its rung and runs it on 
 - FAB-T (``boundary``): no round-1 run (round 1 is the three fast finders of near samples; on the design grid one
   target x 50 in round 1 broke at most one sample a cell in design 10's runs, for 11-18% of round 1's
   backward passes); its full budget is AutoAttack's 9 targets x 100.
-- Every family's ``fresh`` rung is its whole AutoAttack budget as a new run (an edge sample's fresh start).
+- Every family's ``fresh`` rung is its whole AutoAttack budget as a new run (one of an edge sample's fresh starts;
+  scope ``edge``).
 - Square (``free``): 500 queries in round 1; its full budget continues each sample's search from its best point to
   5,000 queries (the L-inf Square's points are ``clip(x + eps * s)``, so the sign pattern restores the point, and
   the square-size schedule goes on where it stopped: AutoAttack's one 5,000-query run, paused). Its L2 form keeps no
@@ -41,7 +42,8 @@ class Family:
 
     def fresh(self, spec: LadderSpec, eps: float, r: int, norm: str) -> Optional[Rung]:
         """The family's whole AutoAttack budget as a new run, for an edge sample's fresh start in round ``r``."""
-        return self.full(spec, eps, r, norm)
+        rung = self.full(spec, eps, r, norm)
+        return None if rung is None else replace(rung, scope="edge")
 
     def prepare(self, rung: Rung, kept: Dict[str, Any], idx: torch.Tensor, spec: LadderSpec) -> Rung:
         return rung
@@ -49,9 +51,9 @@ class Family:
     def keep(self, kept: Dict[str, Any], rung: Rung, idx: torch.Tensor, res: RungResult, n: int) -> None:
         return None
 
-    def _rung(self, attack: str, params: Dict[str, Any], r: int, norm: str) -> Rung:
+    def _rung(self, attack: str, params: Dict[str, Any], r: int, norm: str, scope: str = "") -> Rung:
         return Rung(rung_id(self.base, r), attack if norm == "linf" else f"{attack}_{norm}", params, self.name, r,
-                    "robust" if r == 1 else "near")
+                    scope or ("robust" if r == 1 else "near"))
 
 
 class Targeted(Family):
@@ -89,7 +91,7 @@ class CrossEntropy(Family):
         return self._rung("apgd_ce", {"eps": eps, "steps": spec.steps}, 1, norm)
 
     def fresh(self, spec: LadderSpec, eps: float, r: int, norm: str) -> Rung:
-        return self._rung("apgd_ce", {"eps": eps, "steps": spec.steps}, r, norm)
+        return self._rung("apgd_ce", {"eps": eps, "steps": spec.steps}, r, norm, "edge")
 
 
 class Boundary(Family):
@@ -110,7 +112,7 @@ class Free(Family):
         return self._rung("square", {"eps": eps, "n_queries": max(1, more)}, r, norm)
 
     def fresh(self, spec: LadderSpec, eps: float, r: int, norm: str) -> Rung:
-        return self._rung("square", {"eps": eps, "n_queries": spec.square_budget}, r, norm)
+        return self._rung("square", {"eps": eps, "n_queries": spec.square_budget}, r, norm, "edge")
 
     def prepare(self, rung: Rung, kept: Dict[str, Any], idx: torch.Tensor, spec: LadderSpec) -> Rung:
         signs, done = kept.get("signs"), kept.get("done")

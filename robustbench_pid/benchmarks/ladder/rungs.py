@@ -23,7 +23,7 @@ class Rung:
     params: Dict[str, Any]
     family: str = ""  # a family's name (``families.FAMILIES``), or "" for the evidence-driven rungs (EOT, SPSA)
     round: int = 1
-    scope: str = "robust"  # robust | near | no-gradient
+    scope: str = "robust"  # robust | near | edge (a fresh start) | no-gradient
     # APGD-T's full runs: per attacked sample, its candidate classes nearest first as round 1's sweep measured them
     order: Optional[torch.Tensor] = field(default=None, repr=False, compare=False)
     # Square's full runs: per attacked sample, (sign pattern of its best point, queries done) to continue from

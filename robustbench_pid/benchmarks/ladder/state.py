@@ -32,7 +32,7 @@ class Ladder:
     clean_margin: Optional[torch.Tensor] = None  # the verdict margin at the clean point (set by the benchmark)
     misleading: Optional[torch.Tensor] = None  # per sample: the gradient probe flagged it
     full: Dict[str, torch.Tensor] = field(default_factory=dict)  # per kind: the sample had that kind's full budget
-    restarted: Optional[torch.Tensor] = None  # per sample: it had every family's budget again, afresh (an edge sample)
+    restarted: Optional[torch.Tensor] = None  # per sample: as an edge sample, it had its fresh starts
     kept: Dict[str, Dict[str, Any]] = field(default_factory=dict)  # per family: what it continues from
     last_broke: Optional[torch.Tensor] = None  # per sample: broken by the last round that ran
     tau: float = 0.0  # the last round's tau (the stop rule's)

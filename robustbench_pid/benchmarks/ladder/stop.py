@@ -6,7 +6,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 import torch
 
-from ...results.summaries.stop_rule import near, on_edge, rivals, verdict
+from ...results.summaries.stop_rule import FRESH, edge_kinds, near, rivals, verdict
 from .families import BY_NAME, planned_round
 from .rungs import Rung, RungResult
 from .spec import LadderSpec
@@ -46,17 +46,22 @@ def climb(ladder: Ladder, spec: LadderSpec, eps: float, run: RunAttack, *, unsta
         if last > tol and tau < 1:
             tau = min(1.0, 2 * tau)
             continue
-        edge = ladder.robust & ~ladder.restarted & torch.as_tensor(
-            on_edge(ladder.left("gradient").numpy(), ladder.left("free").numpy(), spec.edge))
+        eg, ef = (torch.as_tensor(e) for e in edge_kinds(ladder.left("gradient").numpy(), ladder.left("free").numpy(),
+                                                          spec.edge))
+        edge = ladder.robust & ~ladder.restarted & (eg | ef)
         if not bool(edge.any()):
             break
-        # the edge samples' fresh start: a second draw where one start's last steps decide, not a wider near set, so
-        # what it breaks neither widens tau nor counts as the last round; then the rule looks again
-        r += 1
-        _round(ladder, spec, eps, r, run, {"gradient": edge, "free": edge}, False, False, on_round, norm, fresh=True)
+        # the edge samples' fresh starts: more draws where one start's last steps decide, not a wider near set, so
+        # what they break neither widens tau nor counts as the last round; then the rule looks again
+        for _ in range(FRESH):
+            g, f = ladder.robust & edge & eg, ladder.robust & edge & ef
+            if not bool((g | f).any()):
+                break
+            r += 1
+            _round(ladder, spec, eps, r, run, {"gradient": g, "free": f}, False, False, on_round, norm, fresh=True)
         ladder.restarted |= edge
-        ladder.full["gradient"] |= edge
-        ladder.full["free"] |= edge
+        ladder.full["gradient"] |= edge & eg
+        ladder.full["free"] |= edge & ef
     ladder.status, ladder.detail = verdict(ladder.evidence(no_grad, unstable, batch_dependent, spec.edge), tol,
                                            spec.reductions())
     return ladder
@@ -74,7 +79,7 @@ def _owed(ladder: Ladder, tau: float, tol: int) -> Tuple[torch.Tensor, torch.Ten
 def _round(ladder: Ladder, spec: LadderSpec, eps: float, r: int, run: RunAttack, scopes: Dict[str, torch.Tensor],
            eot: bool, no_grad: bool, on_round: Optional[OnRound], norm: str, fresh: bool = False) -> int:
     """Run round ``r``'s rungs, each on the still-robust samples of its kind's scope; the samples it broke
-    (``fresh``: every family's whole budget as a new run, the edge samples' fresh start)."""
+    (``fresh``: each family's whole budget as a new run, one of the edge samples' fresh starts)."""
     rungs = planned_round(spec, eps, r, eot, no_grad, norm, fresh)
     if on_round is not None:
         on_round(r, scopes, rungs)

@@ -27,7 +27,7 @@ from .stop_rule import (BATCH_DEPENDENT, CONVERGED, MISLED, NOT_CONVERGED, RANDO
 # converge unit's key, so a run folder of another revision is never resumed with this one, and recorded in its
 # params, so a result of an earlier design says so (``ladder_design``). What each revision changed: docs/attacks.md,
 # "Ladder revisions" (one list, there).
-DESIGN = 14
+DESIGN = 15
 MAX_ROUNDS = 16  # rung ids of later rounds carry "@r"; the order below lists them up to this round
 ROUND_RUNGS = ("apgd-t", "apgd-ce", "fab-t", "square")  # a round's rungs, in the order they run
 

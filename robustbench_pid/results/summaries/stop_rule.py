@@ -17,8 +17,9 @@ statuses. The evidence table has one row per sample and these columns:
 - ``tau``: its work unit's final tau;
 - ``rivals``: in its work unit Square came nearer than the gradient families on more still-robust samples than the
   tolerance (:func:`rivals`), so no margin ranks where Square breaks: every sample is near for Square;
-- ``edge``: its work unit's edge share (design 13; 0: none); ``restarted``: it had every family's full budget again
-  from a fresh start, as an edge sample (:func:`on_edge`);
+- ``edge``: its work unit's edge share (design 13; 0: none); ``restarted``: as an edge sample (:func:`on_edge`) it
+  had its fresh starts (design 15: ``FRESH`` of each kind that left it within the edge, until one broke it; designs
+  13 and 14: one of every family);
 - ``random`` / ``batch``: its unit's outputs are random / depend on the batch.
 """
 from __future__ import annotations
@@ -84,17 +85,38 @@ def rivals(left_gradient: np.ndarray, left_free: np.ndarray, robust: np.ndarray,
     return int((np.asarray(robust, dtype=bool) & (f < g)).sum()) > int(tol)
 
 
+def starts_for(risk: float) -> int:
+    """The fewest whole-budget starts s of one attack on a sample for which p (1 - p)^s, the chance that one start of
+    AutoAttack's (crossing with probability p) breaks it while all s of equal strength missed, stays below ``risk``
+    whatever p is: the largest value, at p = 1 / (s + 1), is s^s / (s + 1)^(s + 1)."""
+    s = 1
+    while s ** s / (s + 1) ** (s + 1) >= risk:
+        s += 1
+    return s
+
+
+MISS_RISK = 0.05  # the chance allowed, per edge sample, that AutoAttack's one start crosses where all of ours missed
+FRESH = starts_for(MISS_RISK) - 1  # 6: fresh starts of each kind on its edge samples, besides its full budget's run
+
+
+def edge_kinds(left_gradient: np.ndarray, left_free: np.ndarray,
+               edge: Union[float, np.ndarray]) -> Tuple[np.ndarray, np.ndarray]:
+    """(the gradient families, Square) left the sample within ``edge`` of the boundary (a share of the clean margin):
+    there the last few steps of one random start decide whether the sample breaks, so another start of that kind,
+    fresh, may decide otherwise (AutoAttack's later attacks and restarts are such starts)."""
+    e = np.asarray(edge, dtype=float)
+    return np.asarray(left_gradient, dtype=float) <= e, np.asarray(left_free, dtype=float) <= e
+
+
 def on_edge(left_gradient: np.ndarray, left_free: np.ndarray, edge: Union[float, np.ndarray]) -> np.ndarray:
-    """The samples some family left within ``edge`` of the boundary (a share of the clean margin): there the last
-    few steps of one random start decide whether the sample breaks, so one more start, fresh, may decide otherwise
-    (AutoAttack's later attacks and restarts are such starts)."""
-    g, f = np.asarray(left_gradient, dtype=float), np.asarray(left_free, dtype=float)
-    return np.minimum(g, f) <= np.asarray(edge, dtype=float)
+    """The samples some kind of family left within ``edge`` (:func:`edge_kinds`)."""
+    g, f = edge_kinds(left_gradient, left_free, edge)
+    return g | f
 
 
 def owed(ev: pd.DataFrame) -> np.ndarray:
     """Per sample: still robust, near at its unit's tau for a kind whose full budget it did not get, or on the edge
-    without its fresh start."""
+    without its fresh starts."""
     out = on_edge(ev["left_gradient"].to_numpy(float), ev["left_free"].to_numpy(float),
                   ev["edge"].to_numpy(float)) & ~ev["restarted"].to_numpy(bool)
     for tau in np.unique(ev["tau"].to_numpy(float)):
@@ -137,7 +159,7 @@ def verdict(ev: pd.DataFrame, tol: int, reduced: Sequence[str] = ()) -> Tuple[st
     k = int(owed(ev).sum())
     if k > tol:
         return NOT_CONVERGED, (f"{k} near or edge still-robust sample(s) did not get a family's full budget or their "
-                               f"fresh start (tolerance {tol}): the number is an upper bound")
+                               f"fresh starts (tolerance {tol}): the number is an upper bound")
     broke = int(ev["last_broke"].to_numpy(bool).sum())
     taus = ev.loc[robust, "tau"].to_numpy(float)
     widest = float(np.max(taus)) if len(taus) else 0.0
