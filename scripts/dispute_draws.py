@@ -54,7 +54,11 @@ def disputed(out: Path = OUT) -> pd.DataFrame:
         clean = max(float(r["margin_clean"]), 1e-12)
         rows.append({"sample_id": int(i), "attack": by, "left_gradient": float(r["margin_gradient"]) / clean,
                      "left_free": float(r["margin_free"]) / clean, "ladder_starts": full_starts(r, by)})
-    return pd.DataFrame(rows, columns=["sample_id", "attack", "left_gradient", "left_free", "ladder_starts"])
+    return pd.DataFrame(rows, columns=disputed_columns())
+
+
+def disputed_columns() -> List[str]:
+    return ["sample_id", "attack", "left_gradient", "left_free", "ladder_starts"]
 
 
 def full_starts(r: pd.Series, attack: str) -> int:
@@ -117,8 +121,8 @@ def attack(out: Path, starts: int, cache) -> pd.DataFrame:
         rows.append({**row.to_dict(), "starts": starts, "seeds": f"1-{starts}", "crossed": crossed,
                      "ladder_crossed": own, "seconds": round(time.time() - t, 1)})
         print(f"sample {i} ({row['attack']}): {crossed} of {starts} fresh starts crossed, the ladder's rung {own}")
-    df = pd.DataFrame(rows)
-    df.to_csv(out / CSV, index=False)
+    df = pd.DataFrame(rows, columns=[*disputed_columns(), "starts", "seeds", "crossed", "ladder_crossed", "seconds"])
+    df.to_csv(out / CSV, index=False)  # the header even with no row: no disputed sample is a result too
     (out / META).write_text(json.dumps({
         "starts": starts, "data_sha256": info["data_sha256"], "model_sha256": info["model_sha256"], "eps": eps,
         "torch": torch.__version__, "threads": torch.get_num_threads(), "machine": check._machine(),

@@ -101,8 +101,10 @@ def attack(out: Path, starts: int) -> pd.DataFrame:
         rows.append({**row.to_dict(), **got, "crossed_any": any_crossed, "starts": starts, "seeds": f"1-{starts}",
                      "seconds": round(time.time() - t, 1)})
         print(f"{row['model']} {row['eps']} draw {row['draw']} sample {row['sample_id']}: {got}, any {any_crossed}")
-    df = pd.DataFrame(rows)
-    df.to_csv(out / CSV, index=False)
+    cols = [*disputed(out).columns, *(f"crossed_{a}" for a in ATTACKS), *(f"ladder_{a}" for a in ATTACKS),
+            "crossed_any", "starts", "seeds", "seconds"]
+    df = pd.DataFrame(rows, columns=cols)
+    df.to_csv(out / CSV, index=False)  # the header even with no row: no disputed sample is a result too
     (out / META).write_text(json.dumps({"starts": starts, "torch": torch.__version__,
                                         "threads": torch.get_num_threads(), "machine": machine(),
                                         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}, indent=1) + "\n")
