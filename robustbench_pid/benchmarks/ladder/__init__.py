@@ -4,13 +4,12 @@ and say which kind of number came out. The stop rule (docs/attacks.md carries th
 
 Round 1 runs APGD-T 12 iterations x 9 targets, APGD-CE 100, Square 500 queries on every still-robust sample. A
 sample is near at tau (first 1/16) for the gradient families when one left at most tau of its clean margin; for
-Square when it did or came nearer, everywhere once nearer on more samples than the tolerance. Later rounds give
-near samples each family's AutoAttack budget once: APGD-T, FAB-T 9 targets x 100, Square continued
-to 5,000 queries. While the last round broke over the tolerance, 0.1% of n, tau doubles, to every sample. Then edge
-samples, within 1/64 of their clean margin for the gradient families or Square, get those budgets afresh, up to 6
-times. Converged: the last near round broke at most the tolerance and every owed budget ran. Beyond the
-tolerance: unusable gradients or a flagging probe, an upper bound; random or batch-dependent outputs, not
-converged.
+Square when it did or came nearer, everywhere once nearer on more samples than the tolerance. Later rounds give near
+samples each family's AutoAttack budget once: APGD-T, FAB-T 9 targets x 100, Square continued to 5,000 queries.
+While the last round broke over the tolerance, 0.1% of n, tau doubles, to every sample. Then edge samples, within
+1/64 of their clean margin for the gradient families or Square, get those budgets afresh, up to 6 times. Converged:
+the last near round broke at most the tolerance and every owed budget ran. Beyond the tolerance: unusable gradients
+or a flagging probe, an upper bound; random or batch-dependent outputs, not converged.
 
 Why families and not one strong attack: each has a blind spot another covers. Cross-entropy APGD saturates on
 scaled-up logits; the targeted DLR margin (APGD-T) does not; FAB-T linearises the model instead of ascending a loss;

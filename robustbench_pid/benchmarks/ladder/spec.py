@@ -26,7 +26,7 @@ class LadderSpec:
     tol_share: float = 0.001  # the last round may break at most this share of the samples ...
     tol_min: int = 0  # ... or this many, whichever is larger (0: the share alone, design 12)
     near: float = 0.0625  # tau's start: near = at most this share of the clean verdict margin left (doubles)
-    edge: float = 0.015625  # a sample left within this share gets every full budget again, afresh (0: never)
+    edge: float = 0.015625  # a kind that left a sample within this share restarts there (stop_rule.FRESH; 0: never)
     steps: int = 100  # APGD-CE's iterations; APGD-T's and FAB-T's per target in the full budget (AutoAttack)
     pool: int = 9  # ranked target classes: round 1's sweep and the full budget (AutoAttack's 9)
     sweep_steps: int = 12  # round 1's APGD-T: every ranked target, this many iterations each
