@@ -71,7 +71,7 @@ def ladder_evidence(out: Path, model: str, eps: str, run: str = "converge") -> d
     """Why a cell misses the first or third criterion, from its records (``run``: the draw's folder): the samples the
     ladder left robust that AutoAttack broke (``missed``: the least verdict margin the gradient families and Square
     left on each, as shares of its clean margin, whether it had the gradient families' full budget and whether it had
-    the edge's fresh start), how many samples the ladder broke that AutoAttack left (``beat``), the stop rule's
+    the edge's fresh starts, and its unit's last tau), how many samples the ladder broke that AutoAttack left (``beat``), the stop rule's
     tolerance, and a status other than converged in the stop rule's words up to its advice (``why``)."""
     from robustbench_pid.results.store import load_records
 
@@ -87,7 +87,8 @@ def ladder_evidence(out: Path, model: str, eps: str, run: str = "converge") -> d
     missed = [{"sample_id": r.sample_id, "share": float(r.margin_gradient) / float(r.margin_clean),
                "free": float(getattr(r, "margin_free", float("nan"))) / float(r.margin_clean),
                "full": bool(getattr(r, "converge_full_gradient", False)),
-               "restarted": bool(getattr(r, "converge_restarted", False))}
+               "restarted": bool(getattr(r, "converge_restarted", False)),
+               "tau": float(getattr(r, "converge_tau", float("nan")))}
               for r in left.itertuples()]
     detail = str(c["converge_detail"].iloc[0])
     why = "" if c["converge_status"].iloc[0] == "converged" else detail.split(": ")[0]

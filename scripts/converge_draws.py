@@ -8,8 +8,9 @@ reference. This module renders the draws block from those rows: result side only
 """
 from __future__ import annotations
 
+from fractions import Fraction
 from pathlib import Path
-from typing import Dict, List, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import pandas as pd
 
@@ -84,6 +85,13 @@ def evidence(out: Path, model: str, eps: str, draw: int) -> Tuple[dict, dict]:
     return ladder_evidence(out, model, eps, run_name(draw)), round_costs(out, model, eps, run_name(draw))
 
 
+def _tau(tau: Optional[float]) -> str:
+    """' (tau was 1/16 in its work unit)', or '' where the records do not say."""
+    if tau is None or not tau == tau:
+        return ""
+    return f" (tau was {Fraction(tau).limit_denominator(1024)} in its work unit)"
+
+
 def explain(model: str, eps: str, draw: int, r: pd.Series, ev: dict, cost: dict) -> str:
     """Why a draw misses, in what the attacks did (``ev``, ``cost``: :func:`evidence`): each sample the ladder left
     robust and AutoAttack broke, with the share of its clean margin each kind of family left and the budgets it had;
@@ -98,7 +106,7 @@ def explain(model: str, eps: str, draw: int, r: pd.Series, ev: dict, cost: dict)
                                                                                      m["restarted"])) if yes]
         parts.append(f"sample {m['sample_id']} robust under the ladder, broken by AutoAttack: the gradient families "
                      f"left {m['share']:.2%} of its clean margin, Square {m['free']:.2%}; it had "
-                     + (" and ".join(had) if had else "no full budget"))
+                     + (" and ".join(had) if had else "no full budget" + _tau(m.get("tau"))))
     if ev["missed"] or r.converged > r.autoattack + 1e-9:
         parts.append(f"{ev['beat']} sample(s) broken by the ladder and left robust by AutoAttack")
     spent = [("rung 0, the probes and round 1", cost["first_fwd"], cost["first_bwd"]),

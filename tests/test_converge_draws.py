@@ -72,6 +72,11 @@ def test_a_miss_is_explained_by_the_samples_and_the_passes_of_each_part_of_the_l
         "deit 4/255 on draw 1: forward / backward passes as shares of AutoAttack's: rung 0, the probes and round 1 "
         "0.09 / 0.03, the near rounds' full budgets 0.11 / 0.07.")
     assert draws.explain("deit", "4/255", 1, r, {}, {}) == ""  # no records: nothing said
+    # a sample no family brought within its unit's tau: no budget owed, and the tau says why
+    far = {"missed": [{"sample_id": "304", "share": 0.08, "free": 0.9, "full": False, "restarted": False,
+                       "tau": 0.0625}], "beat": 0}
+    assert "Square 90.00%; it had no full budget (tau was 1/16 in its work unit); 0 sample(s)" in draws.explain(
+        "deit", "4/255", 0, r, far, cost0)
 
 
 def test_the_parts_of_a_committed_draw_add_up_to_its_bench_row() -> None:
