@@ -68,3 +68,17 @@ def test_the_committed_block_is_the_rendering_of_the_committed_draws(tmp_path, m
     edited = tmp_path / "attacks.md"
     edited.write_text(g.DOC.read_text().replace(" of 20 |", " of 21 |", 1))
     assert not g.check(doc=edited)
+
+
+def test_a_new_run_keeps_the_samples_already_drawn_with_as_many_starts(tmp_path) -> None:
+    """Resuming: a sample the file already holds with the same number of starts keeps its measured crossings (by
+    model, eps, draw and sample id); one drawn with another number of starts is drawn again."""
+    g = load_script("grid_disputes")
+    pd.DataFrame([_row(), _row(sample_id="1435", eps="48/255", starts=10, seeds="1-10")]).to_csv(tmp_path / g.CSV,
+                                                                                                 index=False)
+    done = g._done(tmp_path, 20)
+    assert list(done) == [("cnn_at", "64/255", "2", "786")]
+    kept = done[("cnn_at", "64/255", "2", "786")]
+    assert kept["crossed_apgd-t"] == 5 and kept["ladder_square"] == 6 and kept["seeds"] == "1-20"
+    assert "s_apgd-t" not in kept and "left_gradient" not in kept  # the ladder's side is read from the runs again
+    assert g._done(tmp_path / "none", 20) == {}
