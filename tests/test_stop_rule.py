@@ -237,9 +237,11 @@ def test_then_edge_samples_within_1_64_for_the_gradient_families_or_square_get_t
     assert verdict(edge.assign(edge=0.0), 0)[0] == CONVERGED  # records of an earlier design: no edge
 
 
-def test_converged_when_the_last_round_broke_at_most_the_tolerance_and_every_near_sample_had_its_budget():
-    """Sentence 6, on hand-made tables."""
-    assert sentences()[5].startswith("Converged: the last near round broke at most the tolerance")
+def test_converged_when_the_last_near_round_broke_at_most_the_tolerance_and_every_owed_budget_ran():
+    """Sentence 6, on hand-made tables: the owed budgets are the near samples' full budgets and the edge samples'
+    fresh starts (sentence 5's test has the latter)."""
+    assert sentences()[5] == ("Converged: the last near round broke at most the tolerance and every owed budget "
+                              "ran.")
     full = dict(left_gradient=[0.05, 0.5, 0.5], full_gradient=[True, False, False])
     assert verdict(table(3, **full), 1)[0] == CONVERGED
     assert verdict(table(3, **full, last_broke=[False, True, False]), 1)[0] == CONVERGED  # 1 <= tolerance 1
