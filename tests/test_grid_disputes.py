@@ -42,7 +42,12 @@ def test_the_block_row_states_counts_interval_starts_and_chance() -> None:
     assert "no draws to run" in g.block(pd.DataFrame([_row()]).iloc[:0], meta, 14, 50)
     # 50 edge samples, chances 0.138 and 0.198: 6.9 to 9.9 expected against the 1 found
     assert "gave the edge's fresh starts to 50 sample(s); had each a chance between 0.14 and 0.20, 6.9 to 9.9" in text
-    assert text.count("the draws show 1.") == 1
+    assert text.count("the draws show 1.") == 1 and "had no fresh start" not in text
+    # a sample no family left within the edge is not counted among the draws, and the block says what it means
+    far = _row(sample_id="304", restarted=False, **{"s_apgd-ce": 1, "s_apgd-t": 0, "s_fab-t": 0, "s_square": 0})
+    text = g.block(pd.DataFrame([_row(restarted=True), far]), meta, 15, 49)
+    assert "the draws show 1." in text and "1 of these had no fresh start" in text
+    assert "gave the edge's" not in g.block(pd.DataFrame([far]), meta, 15, 49)
 
 
 def test_crossings_are_per_seed_and_follow_the_boundary() -> None:
@@ -72,13 +77,14 @@ def test_the_committed_block_is_the_rendering_of_the_committed_draws(tmp_path, m
 
 def test_a_new_run_keeps_the_samples_already_drawn_with_as_many_starts(tmp_path) -> None:
     """Resuming: a sample the file already holds with the same number of starts keeps its measured crossings (by
-    model, eps, draw and sample id); one drawn with another number of starts is drawn again."""
+    model, eps and sample id: alone, its seeds do not depend on the grid draw that disputed it); one drawn with
+    another number of starts is drawn again."""
     g = load_script("grid_disputes")
     pd.DataFrame([_row(), _row(sample_id="1435", eps="48/255", starts=10, seeds="1-10")]).to_csv(tmp_path / g.CSV,
                                                                                                  index=False)
     done = g._done(tmp_path, 20)
-    assert list(done) == [("cnn_at", "64/255", "2", "786")]
-    kept = done[("cnn_at", "64/255", "2", "786")]
+    assert list(done) == [("cnn_at", "64/255", "786")]
+    kept = done[("cnn_at", "64/255", "786")]
     assert kept["crossed_apgd-t"] == 5 and kept["ladder_square"] == 6 and kept["seeds"] == "1-20"
     assert "s_apgd-t" not in kept and "left_gradient" not in kept  # the ladder's side is read from the runs again
     assert g._done(tmp_path / "none", 20) == {}
