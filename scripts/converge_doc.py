@@ -71,8 +71,9 @@ def ladder_evidence(out: Path, model: str, eps: str, run: str = "converge") -> d
     """Why a cell misses the first or third criterion, from its records (``run``: the draw's folder): the samples the
     ladder left robust that AutoAttack broke (``missed``: the least verdict margin the gradient families and Square
     left on each, as shares of its clean margin, whether it had the gradient families' full budget and whether it had
-    the edge's fresh starts, and its unit's last tau), how many samples the ladder broke that AutoAttack left (``beat``), the stop rule's
-    tolerance, and a status other than converged in the stop rule's words up to its advice (``why``)."""
+    the edge's fresh starts, and its unit's last tau), how many samples the ladder broke that AutoAttack left
+    (``beat``), the stop rule's tolerance, and a status other than converged in the stop rule's words up to its
+    advice (``why``)."""
     from robustbench_pid.results.store import load_records
 
     rec = load_records(cell_dir(out, model, eps) / run)

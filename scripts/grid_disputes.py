@@ -94,7 +94,7 @@ def attack(out: Path, starts: int) -> pd.DataFrame:
     rows, done, todo = [], _done(out, starts), disputed(out)
     cols = [*todo.columns, *(f"crossed_{a}" for a in ATTACKS), *(f"ladder_{a}" for a in ATTACKS), "crossed_any",
             "starts", "seeds", "seconds"]
-    for _, row in todo.iterrows():
+    for i, (_, row) in enumerate(todo.iterrows()):
         key = tuple(str(row[k]) for k in SAME)
         if key in done:  # drawn already with as many starts (the file's run, or another grid draw's dispute): kept
             rows.append({**row.to_dict(), **done[key]})
@@ -113,9 +113,8 @@ def attack(out: Path, starts: int) -> pd.DataFrame:
         print(f"{row['model']} {row['eps']} draw {row['draw']} sample {row['sample_id']}: {got}, any {any_crossed}")
         done[key] = {**got, "crossed_any": any_crossed, "starts": starts, "seeds": f"1-{starts}",
                      "seconds": rows[-1]["seconds"]}
-        later = [{**r.to_dict(), **done[k]} for _, r in todo.iterrows()
-                 if (k := tuple(str(r[c]) for c in SAME)) in done and not any(
-                     tuple(str(x[c]) for c in KEY) == tuple(str(r[c]) for c in KEY) for x in rows)]
+        later = [{**r.to_dict(), **done[k]} for _, r in todo.iloc[i + 1:].iterrows()
+                 if (k := tuple(str(r[c]) for c in SAME)) in done]  # kept, not reached yet
         pd.DataFrame(rows + later, columns=cols).to_csv(out / CSV, index=False)  # each sample as it is done
     df = pd.DataFrame(rows, columns=cols)
     df.to_csv(out / CSV, index=False)  # the header even with no row: no disputed sample is a result too
