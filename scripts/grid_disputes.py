@@ -91,7 +91,7 @@ def attack(out: Path, starts: int) -> pd.DataFrame:
 
     ds = rbp.load_dataset("digits", split="test")
     ids = [str(s) for s in ds.sample_ids]
-    rows, done, todo = [], _done(out, starts), disputed(out)
+    rows, done, todo, drawn = [], _done(out, starts), disputed(out), 0
     cols = [*todo.columns, *(f"crossed_{a}" for a in ATTACKS), *(f"ladder_{a}" for a in ATTACKS), "crossed_any",
             "starts", "seeds", "seconds"]
     for i, (_, row) in enumerate(todo.iterrows()):
@@ -110,6 +110,7 @@ def attack(out: Path, starts: int) -> pd.DataFrame:
         any_crossed = sum(any(v[k] for v in per.values()) for k in range(starts))  # seeds where some attack crossed
         rows.append({**row.to_dict(), **got, "crossed_any": any_crossed, "starts": starts, "seeds": f"1-{starts}",
                      "seconds": round(time.time() - t, 1)})
+        drawn += 1
         print(f"{row['model']} {row['eps']} draw {row['draw']} sample {row['sample_id']}: {got}, any {any_crossed}")
         done[key] = {**got, "crossed_any": any_crossed, "starts": starts, "seeds": f"1-{starts}",
                      "seconds": rows[-1]["seconds"]}
@@ -118,9 +119,12 @@ def attack(out: Path, starts: int) -> pd.DataFrame:
         pd.DataFrame(rows + later, columns=cols).to_csv(out / CSV, index=False)  # each sample as it is done
     df = pd.DataFrame(rows, columns=cols)
     df.to_csv(out / CSV, index=False)  # the header even with no row: no disputed sample is a result too
-    (out / META).write_text(json.dumps({"starts": starts, "torch": torch.__version__,
-                                        "threads": torch.get_num_threads(), "machine": machine(),
-                                        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}, indent=1) + "\n")
+    old = json.loads((out / META).read_text()) if (out / META).is_file() else {}
+    if drawn or old.get("starts") != starts:  # only kept rows: the stamp stays where their seconds were measured
+        (out / META).write_text(json.dumps({"starts": starts, "torch": torch.__version__,
+                                            "threads": torch.get_num_threads(), "machine": machine(),
+                                            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())},
+                                           indent=1) + "\n")
     return df
 
 

@@ -88,3 +88,19 @@ def test_a_new_run_keeps_the_samples_already_drawn_with_as_many_starts(tmp_path)
     assert kept["crossed_apgd-t"] == 5 and kept["ladder_square"] == 6 and kept["seeds"] == "1-20"
     assert "s_apgd-t" not in kept and "left_gradient" not in kept  # the ladder's side is read from the runs again
     assert g._done(tmp_path / "none", 20) == {}
+
+
+def test_a_run_that_only_keeps_rows_keeps_the_machine_stamp_they_were_measured_on(tmp_path) -> None:
+    """The seconds in the file were measured on the machine its stamp names: a run that draws nothing new (here no
+    sample is disputed) leaves the stamp alone, and a first run or one with another number of starts writes it."""
+    import json
+
+    g = load_script("grid_disputes")
+    stamp = {"starts": 20, "torch": "x", "threads": 1, "machine": "earlier machine", "date": "2026-01-01 00:00 UTC"}
+    (tmp_path / g.META).write_text(json.dumps(stamp))
+    assert g.attack(tmp_path, 20).empty
+    assert json.loads((tmp_path / g.META).read_text()) == stamp
+    assert list(pd.read_csv(tmp_path / g.CSV).columns)[:4] == list(g.KEY)  # the header: no dispute is a result
+    g.attack(tmp_path, 10)
+    new = json.loads((tmp_path / g.META).read_text())
+    assert new["starts"] == 10 and new["machine"] != "earlier machine" and new["threads"] == torch.get_num_threads()
