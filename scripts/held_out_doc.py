@@ -30,7 +30,8 @@ class HeldOutModel:
 _DIGITS = 32 / 255  # train/recipes.py HELD_OUT_EPS (this module stays torch-free, so the number is repeated in a test)
 MODELS: Dict[str, HeldOutModel] = {
     "lenet5_clean": HeldOutModel(0.1, "0.1", 0.0),
-    **{m: HeldOutModel(_DIGITS, "32/255", _DIGITS) for m in ("cnn_trades", "cnn_mart", "cnn_fast", "cnn_free")},
+    **{m: HeldOutModel(_DIGITS, "32/255", _DIGITS)
+       for m in ("cnn_trades", "cnn_mart", "cnn_fast", "cnn_free", "cnn_stepped")},
 }
 TRAINED = tuple(m for m in MODELS if m.startswith("cnn_"))
 

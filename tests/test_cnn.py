@@ -123,3 +123,32 @@ def test_the_grid_cells_of_cnn_at_hold_autoattack_and_the_reference_on_all_360_d
     x, y = digits
     pgd = _pgd20_robust(cnn, x, y, parse_eps(eps)).double().mean().item()
     assert aa_ok.mean() <= pgd, (aa_ok.mean(), pgd)
+
+
+def test_stepped_relus_round_the_output_to_1_over_steps_and_pass_relus_gradient_straight_through() -> None:
+    """The held-out set's model with misleading gradients: the forward pass is a staircase (ReLU rounded to
+    multiples of 1/steps), the input gradient autograd returns is plain ReLU's, and steps=0 is the plain CNN."""
+    from robustbench_pid.models.cnn import SteppedReLU
+
+    act = SteppedReLU(2)
+    x = torch.tensor([-1.0, 0.2, 0.3, 0.74, 0.76, 1.1], requires_grad=True)
+    y = act(x)
+    assert y.tolist() == [0.0, 0.0, 0.5, 0.5, 1.0, 1.0]
+    y.sum().backward()
+    assert x.grad.tolist() == [0.0, 1.0, 1.0, 1.0, 1.0, 1.0]  # ReLU's: the staircase itself is flat almost everywhere
+    torch.manual_seed(0)
+    plain = SmallCNN(channels=(4, 4), hidden=8, img_size=8)
+    torch.manual_seed(0)
+    stepped = SmallCNN(channels=(4, 4), hidden=8, img_size=8, steps=2)
+    assert plain.state_dict().keys() == stepped.state_dict().keys()  # same weights, only the activation differs
+    stepped.load_state_dict(plain.state_dict())
+    img = torch.rand(3, 3, 8, 8)
+    assert not torch.equal(plain(img), stepped(img))
+    again = SmallCNN(channels=(4, 4), hidden=8, img_size=8, steps=0)
+    again.load_state_dict(plain.state_dict())
+    assert torch.equal(plain(img), again(img)) and isinstance(again.act, nn.ReLU)
+    for bad in (-1, 1.5, True):
+        with pytest.raises(ValueError, match="steps"):
+            SmallCNN(steps=bad)
+    with pytest.raises(ValueError, match="positive integer"):
+        SteppedReLU(0)

@@ -132,7 +132,7 @@ def test_one_short_epoch_of_each_held_out_recipe_trains_the_same_weights_twice()
     torch.set_num_threads(1)
     torch.use_deterministic_algorithms(True)
     try:
-        for name in ("cnn_trades", "cnn_mart", "cnn_fast", "cnn_free"):
+        for name in HELD_OUT:
             states = []
             for _ in range(2):
                 torch.manual_seed(HELD_OUT[name].recipe.seed)

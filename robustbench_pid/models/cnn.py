@@ -29,24 +29,51 @@ CNN_DIGITS_CFG: Dict[str, Any] = dict(DIGITS_CFG, first_conv="features.0", class
 CNN_DIGITS: Dict[str, Any] = dict(img_size=32, channels=(32, 64, 64), hidden=128, num_classes=10)
 
 
+class SteppedReLU(nn.Module):
+    """ReLU rounded to multiples of ``1 / steps``, passing ReLU's gradient straight through the rounding.
+
+    Why it exists: a network whose gradients really mislead, for the held-out set of the stop rule. Its output is a
+    staircase, so the input gradient autograd returns (ReLU's, the straight-through estimate training used) points
+    where the function does not go, while a query-based search sees the steps (Athalye et al. 2018 on shattered
+    gradients; Galloway et al. 2018 on quantized activations)."""
+
+    def __init__(self, steps: int) -> None:
+        super().__init__()
+        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+            raise ValueError(f"steps {steps!r} must be a positive integer (0 in SmallCNN means plain ReLU)")
+        self.steps = steps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        r = torch.relu(x)
+        return r + (torch.round(r * self.steps) / self.steps - r).detach()
+
+    def extra_repr(self) -> str:
+        return f"steps={self.steps}"
+
+
 class SmallCNN(nn.Module):
-    """``len(channels)`` blocks of conv 3x3 + ReLU + max-pool 2, then ``hidden`` ReLU units and the classifier."""
+    """``len(channels)`` blocks of conv 3x3 + ReLU + max-pool 2, then ``hidden`` ReLU units and the classifier
+    (``steps`` > 0: every ReLU is a :class:`SteppedReLU`)."""
 
     def __init__(self, img_size: int = 32, in_chans: int = 3, num_classes: int = 10,
-                 channels: Sequence[int] = (32, 64, 64), hidden: int = 128) -> None:
+                 channels: Sequence[int] = (32, 64, 64), hidden: int = 128, steps: int = 0) -> None:
         super().__init__()
         channels = [int(c) for c in channels]
         if not channels or any(c < 1 for c in channels) or hidden < 1:
             raise ValueError(f"channels {channels} and hidden {hidden} must be positive")
+        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
+            raise ValueError(f"steps {steps!r} must be a whole number >= 0 (0: plain ReLU)")
+        act = (lambda: SteppedReLU(steps)) if steps else nn.ReLU
         side = int(img_size) >> len(channels)
         if side < 1 or int(img_size) % (1 << len(channels)):
             raise ValueError(f"img_size {img_size} does not halve {len(channels)} times into whole pixels")
         layers = []
         for cin, cout in zip([in_chans, *channels[:-1]], channels):
-            layers += [nn.Conv2d(cin, cout, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2)]
+            layers += [nn.Conv2d(cin, cout, 3, padding=1), act(), nn.MaxPool2d(2)]
         self.features = nn.Sequential(*layers)
         self.fc = nn.Linear(channels[-1] * side * side, hidden)
         self.head = nn.Linear(hidden, num_classes)
+        self.act = act()
         self.num_classes, self.img_size, self.in_chans = num_classes, int(img_size), in_chans
         self.channels, self.hidden = tuple(channels), int(hidden)
 
@@ -54,7 +81,7 @@ class SmallCNN(nn.Module):
         return self.features(x).flatten(1)
 
     def forward_head(self, x: torch.Tensor, pre_logits: bool = False) -> torch.Tensor:
-        x = torch.relu(self.fc(x))
+        x = self.act(self.fc(x))
         return x if pre_logits else self.head(x)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

@@ -201,6 +201,11 @@ class HeldOut:
     recipe: Recipe
     channels: Tuple[int, ...] = (16, 32, 32)
     hidden: int = 64
+    steps: int = 0  # > 0: ReLUs rounded to multiples of 1/steps (models/cnn.py, SteppedReLU)
+
+    def arch_kwargs(self) -> Dict[str, object]:
+        """The keyword arguments of ``cnn_digits_32`` that build this model (the manifest records them)."""
+        return {"channels": list(self.channels), "hidden": self.hidden, **({"steps": self.steps} if self.steps else {})}
 
 
 HELD_OUT_EPS = 32 / 255  # none of the grid's eps (cnn_at: 48/255, 64/255; the transformers: 1/255 to 16/255)
@@ -222,4 +227,9 @@ HELD_OUT: Dict[str, HeldOut] = {
         epochs=8, warmup_epochs=1, label_smoothing=0.0, seed=4,
         adversarial=Adversarial(eps=HELD_OUT_EPS, steps=1, step_size=HELD_OUT_EPS, eps_warmup_epochs=2,
                                 method="free", replays=4)), channels=(24, 48, 48), hidden=96),
+    # PGD-AT (Madry et al. 2018) through activations rounded to halves: gradients that mislead (SteppedReLU), the
+    # kind of model on which gradient attacks stop short and AutoAttack's Square carries the evaluation.
+    "cnn_stepped": HeldOut("CNN 16-32-32, ReLUs rounded to 1/2 (straight-through gradient), PGD-AT", Recipe(
+        epochs=30, label_smoothing=0.0, seed=5,
+        adversarial=Adversarial(eps=HELD_OUT_EPS, eps_warmup_epochs=5, **_STEPS)), steps=2),
 }
