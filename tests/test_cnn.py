@@ -152,3 +152,5 @@ def test_stepped_relus_round_the_output_to_1_over_steps_and_pass_relus_gradient_
             SmallCNN(steps=bad)
     with pytest.raises(ValueError, match="positive integer"):
         SteppedReLU(0)
+    with pytest.raises(UserError, match=r"bad architecture argument\(s\) steps=-1: .* whole number >= 0"):
+        rbp.load_model("cnn_at", steps=-1)  # the user's --model-arg reaches it as a clear error

@@ -203,7 +203,8 @@ def test_draws_count_the_ladders_whole_budget_starts_of_the_family_that_broke_a_
                      "fwd@fab-t@4": float("nan")})
     # Square: round 1 and its continuation are one run, each of the edge's fresh starts one more
     assert draws.full_starts(rec, "square") == 2
-    assert draws.full_starts(pd.concat([rec, pd.Series({"fwd@square@5": 5000.0, "fwd@square@6": 3000.0})]), "square") == 4
+    more = pd.Series({"fwd@square@5": 5000.0, "fwd@square@6": 3000.0})
+    assert draws.full_starts(pd.concat([rec, more]), "square") == 4
     assert draws.full_starts(rec.drop(["fwd@square@2", "fwd@square@4"]), "square") == 0  # round 1's 500 alone
     assert draws.full_starts(rec, "apgd-t") == 2  # round 1's 12-iteration sweep is no whole budget
     assert draws.full_starts(rec, "apgd-ce") == 2  # round 1's APGD-CE is its whole budget
